@@ -1,0 +1,380 @@
+//! Contexts, graphs and `graphExecute`: argument validation against the binary's tensor
+//! descriptors, then the decoder math.
+
+use crate::api::{log, E_GRAPH_INVALID_HANDLE, E_NOT_SUPPORTED};
+use crate::format::{self, GraphKind, KvLayout};
+use crate::io::{from_f32, to_f32, TensorSpec};
+use crate::knobs;
+use crate::model::{to_head_major, KvView, LayerIo, Weights};
+use crate::registry::{self, Kind};
+use qnn_sys::*;
+use std::collections::HashMap;
+use std::ffi::{c_void, CStr};
+use std::sync::Arc;
+
+pub const E_GRAPH_INVALID_ARGUMENT: u64 = 6000;
+pub const E_GRAPH_INVALID_TENSOR: u64 = 6004;
+
+pub struct EmuGraph {
+    pub name: String,
+    pub kind: GraphKind,
+    pub seq: usize,
+    pub ctx: usize,
+    pub layout: KvLayout,
+    pub inputs: Vec<TensorSpec>,
+    pub outputs: Vec<TensorSpec>,
+    weights: Arc<Weights>,
+    null_compute: bool,
+}
+
+pub struct EmuContext {
+    pub graphs: Vec<Box<EmuGraph>>,
+}
+
+/// Deterministic tensor ids shared by the system-context view and the loaded context.
+pub fn tensor_specs(h: &format::Header) -> Vec<(Vec<TensorSpec>, Vec<TensorSpec>)> {
+    let spec = |t: &format::TensorHeader, id: u32| TensorSpec {
+        id,
+        name: t.name.clone(),
+        dtype: format::dtype_from_name(&t.dtype).unwrap_or(dtype::UNDEFINED),
+        dims: t.dims.clone(),
+        scale: t.scale,
+        offset: t.offset,
+    };
+    h.graphs
+        .iter()
+        .enumerate()
+        .map(|(gi, g)| {
+            let base = (gi as u32 + 1) * 1000;
+            (
+                g.inputs.iter().enumerate().map(|(i, t)| spec(t, base + i as u32 + 1)).collect(),
+                g.outputs.iter().enumerate().map(|(i, t)| spec(t, base + 500 + i as u32 + 1)).collect(),
+            )
+        })
+        .collect()
+}
+
+impl EmuContext {
+    pub fn from_binary(buf: &[u8]) -> Result<EmuContext, String> {
+        let parsed = format::parse(buf)?;
+        let weights = Arc::new(if parsed.header.null_compute || knobs::get().null_compute {
+            Weights {
+                cfg: parsed.header.model.clone(),
+                layers: Vec::new(),
+                output_norm: None,
+                lm: None,
+            }
+        } else {
+            Weights::load(&parsed)?
+        });
+        let null = parsed.header.null_compute || knobs::get().null_compute;
+        let specs = tensor_specs(&parsed.header);
+        let graphs = parsed
+            .header
+            .graphs
+            .iter()
+            .zip(specs)
+            .map(|(g, (inputs, outputs))| {
+                Box::new(EmuGraph {
+                    name: g.name.clone(),
+                    kind: g.kind,
+                    seq: g.seq,
+                    ctx: g.ctx,
+                    layout: g.kv_layout,
+                    inputs,
+                    outputs,
+                    weights: weights.clone(),
+                    null_compute: null,
+                })
+            })
+            .collect();
+        Ok(EmuContext { graphs })
+    }
+}
+
+/// Find a live graph by handle (graphs live inside live contexts).
+pub fn find_graph(h: usize) -> Option<&'static EmuGraph> {
+    // The registry only tracks contexts; scan their graphs. Handles are few.
+    let ctxs = registry_contexts();
+    for c in ctxs {
+        // SAFETY: `c` is a live EmuContext address from the registry.
+        let ctx = unsafe { &*(c as *const EmuContext) };
+        for g in &ctx.graphs {
+            if &**g as *const EmuGraph as usize == h {
+                // SAFETY: the graph lives as long as its context; callers use it only within
+                // one API call, during which the application must not free the context.
+                return Some(unsafe { &*(&**g as *const EmuGraph) });
+            }
+        }
+    }
+    None
+}
+
+fn registry_contexts() -> Vec<usize> {
+    registry::live_of(Kind::Context)
+}
+
+/// Memory registered for a context: handle -> (context, base pointer, bytes).
+pub fn release_context_mem(_ctx: usize) {}
+
+struct Bound<'a> {
+    spec: &'a TensorSpec,
+    data: *mut u8,
+}
+
+fn describe(spec: &TensorSpec) -> String {
+    format!("{} [{:?} {}]", spec.name, spec.dims, dtype::name(spec.dtype))
+}
+
+/// Check one caller tensor against the graph's descriptors; return the matched spec + data.
+///
+/// # Safety
+/// `t` must point to a readable Qnn_Tensor_t.
+unsafe fn bind<'a>(g: &'a EmuGraph, specs: &'a [TensorSpec], t: *const QnnTensor, what: &str) -> Result<Bound<'a>, String> {
+    // SAFETY: caller guarantees `t` is readable.
+    let t = unsafe { &*t };
+    if t.version != QNN_TENSOR_VERSION_1 && t.version != QNN_TENSOR_VERSION_2 {
+        return Err(format!("{what} tensor has unknown version {}", t.version));
+    }
+    // SAFETY: version is 1 or 2, whose common prefix is V1.
+    let c = unsafe { t.common() };
+    let spec = specs
+        .iter()
+        .find(|s| s.id == c.id)
+        .ok_or_else(|| format!("graph {}: {what} tensor id {} is not one of its {what}s", g.name, c.id))?;
+    if !c.name.is_null() {
+        // SAFETY: a non-null name is a NUL-terminated string per the API.
+        let name = unsafe { CStr::from_ptr(c.name) }.to_string_lossy();
+        if name != spec.name {
+            return Err(format!("graph {}: tensor id {} is {}, not {name}", g.name, c.id, spec.name));
+        }
+    }
+    if c.data_type != spec.dtype {
+        return Err(format!(
+            "graph {}: {} given dtype {}",
+            g.name,
+            describe(spec),
+            dtype::name(c.data_type)
+        ));
+    }
+    if c.rank != spec.dims.len() as u32 || c.dimensions.is_null() {
+        return Err(format!("graph {}: {} given rank {}", g.name, describe(spec), c.rank));
+    }
+    // SAFETY: `dimensions` is non-null with `rank` entries per the API.
+    let dims = unsafe { std::slice::from_raw_parts(c.dimensions, c.rank as usize) };
+    if dims != spec.dims.as_slice() {
+        return Err(format!("graph {}: {} given dims {dims:?}", g.name, describe(spec)));
+    }
+    let data = match c.mem_type {
+        mem_type::RAW => {
+            // SAFETY: RAW tensors carry a client buffer.
+            let cb = unsafe { c.mem.client_buf };
+            if cb.data.is_null() || cb.data_size as usize != spec.bytes() {
+                return Err(format!(
+                    "graph {}: {} needs a {}-byte buffer, got {} bytes",
+                    g.name,
+                    describe(spec),
+                    spec.bytes(),
+                    cb.data_size
+                ));
+            }
+            cb.data as *mut u8
+        }
+        mem_type::MEMHANDLE => {
+            // SAFETY: MEMHANDLE tensors carry a registered handle.
+            let h = unsafe { c.mem.mem_handle };
+            crate::exec::mem_lookup(h as usize, spec.bytes())
+                .ok_or_else(|| format!("graph {}: {} has an unregistered or too small mem handle", g.name, spec.name))?
+        }
+        other => return Err(format!("graph {}: {} has unsupported memType {other}", g.name, spec.name)),
+    };
+    Ok(Bound { spec, data })
+}
+
+pub unsafe extern "C" fn graph_execute(
+    graph: QnnGraphHandle,
+    inputs: *const QnnTensor,
+    n_in: u32,
+    outputs: *mut QnnTensor,
+    n_out: u32,
+    _profile: QnnProfileHandle,
+    _signal: QnnSignalHandle,
+) -> QnnErrorHandle {
+    let Some(g) = find_graph(graph as usize) else {
+        return E_GRAPH_INVALID_HANDLE;
+    };
+    if let Some(code) = knobs::injected_failure("graphExecute") {
+        log(log_level::ERROR, &format!("qnn-emu: injected graphExecute failure {code}"));
+        return code;
+    }
+    if n_in as usize != g.inputs.len() || n_out as usize != g.outputs.len() || inputs.is_null() || outputs.is_null() {
+        log(
+            log_level::ERROR,
+            &format!(
+                "qnn-emu: graph {} takes {} inputs and {} outputs, got {n_in} and {n_out}",
+                g.name,
+                g.inputs.len(),
+                g.outputs.len()
+            ),
+        );
+        return E_GRAPH_INVALID_ARGUMENT;
+    }
+    let mut ins = HashMap::new();
+    let mut outs = HashMap::new();
+    for i in 0..n_in as usize {
+        // SAFETY: the caller passes `n_in` contiguous tensors (stride = our sizeof, 144).
+        match unsafe { bind(g, &g.inputs, inputs.add(i), "input") } {
+            Ok(b) => {
+                ins.insert(b.spec.name.as_str(), b);
+            }
+            Err(e) => {
+                log(log_level::ERROR, &format!("qnn-emu: {e}"));
+                return E_GRAPH_INVALID_TENSOR;
+            }
+        }
+    }
+    for i in 0..n_out as usize {
+        // SAFETY: as above for outputs.
+        match unsafe { bind(g, &g.outputs, outputs.add(i), "output") } {
+            Ok(b) => {
+                outs.insert(b.spec.name.as_str(), b);
+            }
+            Err(e) => {
+                log(log_level::ERROR, &format!("qnn-emu: {e}"));
+                return E_GRAPH_INVALID_TENSOR;
+            }
+        }
+    }
+    if ins.len() != g.inputs.len() || outs.len() != g.outputs.len() {
+        log(log_level::ERROR, &format!("qnn-emu: graph {}: a tensor was passed twice", g.name));
+        return E_GRAPH_INVALID_TENSOR;
+    }
+    match run(g, &ins, &outs) {
+        Ok(()) => 0,
+        Err(e) => {
+            log(log_level::ERROR, &format!("qnn-emu: graph {}: {e}", g.name));
+            E_GRAPH_INVALID_TENSOR
+        }
+    }
+}
+
+fn read(b: &Bound<'_>) -> Vec<f32> {
+    // SAFETY: `bind` checked the buffer is non-null and exactly `bytes()` long.
+    let bytes = unsafe { std::slice::from_raw_parts(b.data, b.spec.bytes()) };
+    to_f32(b.spec, bytes)
+}
+
+fn write(b: &Bound<'_>, vals: &[f32]) {
+    // SAFETY: as in `read`; output buffers are writable by contract.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(b.data, b.spec.bytes()) };
+    from_f32(b.spec, vals, bytes);
+}
+
+fn run(g: &EmuGraph, ins: &HashMap<&str, Bound<'_>>, outs: &HashMap<&str, Bound<'_>>) -> Result<(), String> {
+    let kind_idx = match g.kind {
+        GraphKind::Prefill => 0,
+        GraphKind::Decode => 1,
+        GraphKind::Lmhead => 2,
+    };
+    let kind_name = ["prefill", "decode", "lmhead"][kind_idx];
+    let nan = knobs::nan_now(kind_name, kind_idx);
+    if g.null_compute || nan {
+        for (i, o) in g.outputs.iter().enumerate() {
+            let mut v = vec![if nan { f32::NAN } else { 0.0 }; o.elems()];
+            if !nan && g.kind == GraphKind::Lmhead && i == 0 {
+                // Deterministic logits: favour a token that depends on nothing but the graph.
+                v[(o.elems() / 7).min(o.elems() - 1)] = 1.0;
+            }
+            write(&outs[o.name.as_str()], &v);
+        }
+        return Ok(());
+    }
+    let w = &g.weights;
+    let c = &w.cfg;
+    match g.kind {
+        GraphKind::Lmhead => {
+            let x = read(ins.values().next().ok_or("no input")?);
+            let logits = w.lm_head(&x);
+            write(outs.values().next().ok_or("no output")?, &logits);
+        }
+        GraphKind::Prefill | GraphKind::Decode => {
+            let decode = g.kind == GraphKind::Decode;
+            let rows = if decode { 1 } else { g.seq };
+            let get = |n: &str| ins.get(n).map(read).ok_or_else(|| format!("missing input {n}"));
+            let x = get("x")?;
+            let cos = get("cos")?;
+            let sin = get("sin")?;
+            let mask = get("cmask")?;
+            let has_past = ins.contains_key("past_k_0");
+            let mut past_store = Vec::new();
+            if has_past {
+                for i in 0..c.n_layers {
+                    past_store.push((get(&format!("past_k_{i}"))?, get(&format!("past_v_{i}"))?));
+                }
+            }
+            let past: Vec<KvView<'_>> = past_store
+                .iter()
+                .map(|(k, v)| KvView {
+                    past_k: Some(k),
+                    past_v: Some(v),
+                    ctx: g.ctx,
+                    layout: g.layout,
+                })
+                .collect();
+            let expect_mask = if decode { g.ctx } else if has_past { rows * (g.ctx + rows) } else { rows * rows };
+            if mask.len() != expect_mask {
+                return Err(format!("cmask has {} elements, expected {expect_mask}", mask.len()));
+            }
+            let out = w.run_layers(
+                LayerIo {
+                    x,
+                    rows,
+                    cos: &cos,
+                    sin: &sin,
+                    mask: &mask,
+                    self_visible: decode,
+                },
+                &past,
+            );
+            write(&outs["y"], &out.y);
+            for (i, (k, v)) in out.new_k.iter().zip(&out.new_v).enumerate() {
+                let (k, v) = match g.layout {
+                    KvLayout::PosMajor => (k.clone(), v.clone()),
+                    KvLayout::HeadMajor => (
+                        to_head_major(k, rows, c.n_kv_heads, c.head_dim),
+                        to_head_major(v, rows, c.n_kv_heads, c.head_dim),
+                    ),
+                };
+                if let Some(b) = outs.get(format!("new_k_{i}").as_str()) {
+                    write(b, &k);
+                }
+                if let Some(b) = outs.get(format!("new_v_{i}").as_str()) {
+                    write(b, &v);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Look up registered shared memory by handle; the base pointer if it holds `bytes`.
+pub fn mem_lookup(_h: usize, _bytes: usize) -> Option<*mut u8> {
+    None
+}
+
+pub unsafe extern "C" fn mem_register(
+    _ctx: QnnContextHandle,
+    _descs: *const QnnMemDescriptor,
+    _n: u32,
+    _out: *mut QnnMemHandle,
+) -> QnnErrorHandle {
+    E_NOT_SUPPORTED
+}
+
+pub unsafe extern "C" fn mem_de_register(_handles: *const QnnMemHandle, _n: u32) -> QnnErrorHandle {
+    E_NOT_SUPPORTED
+}
+
+pub unsafe extern "C" fn device_get_infrastructure(_out: *mut *mut c_void) -> QnnErrorHandle {
+    E_NOT_SUPPORTED
+}

@@ -1,0 +1,109 @@
+//! Test knobs read from the environment once per process (see the crate docs).
+
+use qnn_sys::QnnVersion;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+pub struct Knobs {
+    pub core_api: QnnVersion,
+    pub system_api: QnnVersion,
+    /// op -> (call index or None for every call, error code)
+    fails: Vec<(String, Option<u64>, u64)>,
+    nan: Option<(String, u64)>,
+    pub null_compute: bool,
+    pub trace: Option<String>,
+    pub threads: usize,
+}
+
+fn parse_version(s: &str) -> Option<QnnVersion> {
+    let mut it = s.split('.').map(|p| p.trim().parse::<u32>());
+    let major = it.next()?.ok()?;
+    let minor = it.next().unwrap_or(Ok(0)).ok()?;
+    let patch = it.next().unwrap_or(Ok(0)).ok()?;
+    Some(QnnVersion { major, minor, patch })
+}
+
+fn parse_code(s: &str) -> Option<u64> {
+    let s = s.trim();
+    match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+pub fn get() -> &'static Knobs {
+    static K: OnceLock<Knobs> = OnceLock::new();
+    K.get_or_init(|| {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let fails = env("QNN_EMU_FAIL")
+            .map(|v| {
+                v.split(',')
+                    .filter_map(|item| {
+                        let (lhs, code) = item.split_once('=')?;
+                        let (op, n) = match lhs.split_once('@') {
+                            Some((op, n)) => (op, Some(n.trim().parse().ok()?)),
+                            None => (lhs, None),
+                        };
+                        Some((op.trim().to_string(), n, parse_code(code)?))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let nan = env("QNN_EMU_NAN").and_then(|v| {
+            let (kind, n) = v.split_once('@')?;
+            Some((kind.trim().to_string(), n.trim().parse().ok()?))
+        });
+        Knobs {
+            core_api: env("QNN_EMU_CORE_API")
+                .and_then(|v| parse_version(&v))
+                .unwrap_or(QnnVersion { major: 2, minor: 32, patch: 0 }),
+            system_api: env("QNN_EMU_SYSTEM_API")
+                .and_then(|v| parse_version(&v))
+                .unwrap_or(QnnVersion { major: 1, minor: 7, patch: 0 }),
+            fails,
+            nan,
+            null_compute: env("QNN_EMU_NULL_COMPUTE").is_some_and(|v| v != "0"),
+            trace: env("QNN_EMU_TRACE"),
+            threads: env("QNN_EMU_THREADS")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+                .max(1),
+        }
+    })
+}
+
+fn counters() -> &'static Mutex<HashMap<String, u64>> {
+    static C: OnceLock<Mutex<HashMap<String, u64>>> = OnceLock::new();
+    C.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Count a call of `op`; return the injected error code if this call must fail.
+pub fn injected_failure(op: &str) -> Option<u64> {
+    let k = get();
+    if !k.fails.iter().any(|(o, _, _)| o == op) {
+        return None;
+    }
+    let n = {
+        let mut c = counters().lock().unwrap_or_else(|e| e.into_inner());
+        let e = c.entry(op.to_string()).or_insert(0);
+        *e += 1;
+        *e - 1
+    };
+    k.fails
+        .iter()
+        .find(|(o, at, _)| o == op && at.is_none_or(|a| a == n))
+        .map(|(_, _, code)| *code)
+}
+
+static EXEC_COUNT: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+
+/// Count an execution of a graph of `kind` (index 0..3); true if it must write NaN.
+pub fn nan_now(kind: &str, idx: usize) -> bool {
+    let n = EXEC_COUNT[idx].fetch_add(1, Ordering::Relaxed);
+    matches!(&get().nan, Some((k, at)) if k == kind && *at == n)
+}
+
+pub fn threads() -> usize {
+    get().threads
+}

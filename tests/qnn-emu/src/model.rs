@@ -1,0 +1,345 @@
+//! The reference decoder the emulator runs: f32 math, HF Llama/Qwen2 semantics.
+
+use crate::format::{dequantize, KvLayout, ModelHeader, Parsed};
+use std::collections::HashMap;
+
+pub struct Layer {
+    attn_norm: Vec<f32>,
+    wq: Vec<f32>,
+    wk: Vec<f32>,
+    wv: Vec<f32>,
+    bq: Option<Vec<f32>>,
+    bk: Option<Vec<f32>>,
+    bv: Option<Vec<f32>>,
+    wo: Vec<f32>,
+    ffn_norm: Vec<f32>,
+    w_gate: Vec<f32>,
+    w_up: Vec<f32>,
+    w_down: Vec<f32>,
+}
+
+/// Weights held by one context (only what its graphs need).
+pub struct Weights {
+    pub cfg: ModelHeader,
+    pub layers: Vec<Layer>,
+    pub output_norm: Option<Vec<f32>>,
+    pub lm: Option<Vec<f32>>,
+}
+
+impl Weights {
+    pub fn load(p: &Parsed<'_>) -> Result<Weights, String> {
+        let cfg = p.header.model.clone();
+        let mut map: HashMap<&str, &crate::format::WeightHeader> = HashMap::new();
+        for w in &p.header.weights {
+            map.insert(w.name.as_str(), w);
+        }
+        let get = |name: &str, shape: &[usize]| -> Result<Option<Vec<f32>>, String> {
+            match map.get(name) {
+                None => Ok(None),
+                Some(w) if w.shape != shape => Err(format!(
+                    "weight {name}: shape {:?}, expected {shape:?}",
+                    w.shape
+                )),
+                Some(w) => Ok(Some(dequantize(w, p.data))),
+            }
+        };
+        let need = |name: &str, shape: &[usize]| -> Result<Vec<f32>, String> {
+            get(name, shape)?.ok_or_else(|| format!("missing weight {name}"))
+        };
+        let (h, q, kv, f) = (
+            cfg.hidden,
+            cfg.n_heads * cfg.head_dim,
+            cfg.n_kv_heads * cfg.head_dim,
+            cfg.ffn,
+        );
+        let needs_layers = p
+            .header
+            .graphs
+            .iter()
+            .any(|g| g.kind != crate::format::GraphKind::Lmhead);
+        let mut layers = Vec::new();
+        if needs_layers {
+            for i in 0..cfg.n_layers {
+                let n = |s: &str| format!("blk.{i}.{s}");
+                layers.push(Layer {
+                    attn_norm: need(&n("attn_norm.weight"), &[h])?,
+                    wq: need(&n("attn_q.weight"), &[q, h])?,
+                    wk: need(&n("attn_k.weight"), &[kv, h])?,
+                    wv: need(&n("attn_v.weight"), &[kv, h])?,
+                    bq: get(&n("attn_q.bias"), &[q])?,
+                    bk: get(&n("attn_k.bias"), &[kv])?,
+                    bv: get(&n("attn_v.bias"), &[kv])?,
+                    wo: need(&n("attn_output.weight"), &[h, q])?,
+                    ffn_norm: need(&n("ffn_norm.weight"), &[h])?,
+                    w_gate: need(&n("ffn_gate.weight"), &[f, h])?,
+                    w_up: need(&n("ffn_up.weight"), &[f, h])?,
+                    w_down: need(&n("ffn_down.weight"), &[h, f])?,
+                });
+            }
+        }
+        let output_norm = get("output_norm.weight", &[h])?;
+        let lm = match get("output.weight", &[cfg.vocab, h])? {
+            Some(w) => Some(w),
+            None => get("token_embd.weight", &[cfg.vocab, h])?,
+        };
+        let needs_lm = p
+            .header
+            .graphs
+            .iter()
+            .any(|g| g.kind == crate::format::GraphKind::Lmhead);
+        if needs_lm && (output_norm.is_none() || lm.is_none()) {
+            return Err("lm-head graph needs output_norm.weight and output.weight or token_embd.weight".into());
+        }
+        Ok(Weights {
+            cfg,
+            layers,
+            output_norm,
+            lm,
+        })
+    }
+}
+
+/// Dot product with independent accumulators so the compiler can vectorise it.
+#[inline]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    const L: usize = 16;
+    let mut acc = [0f32; L];
+    let (ac, at) = a.split_at(a.len() / L * L);
+    let (bc, bt) = b.split_at(ac.len());
+    for (x, y) in ac.chunks_exact(L).zip(bc.chunks_exact(L)) {
+        for k in 0..L {
+            acc[k] += x[k] * y[k];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (x, y) in at.iter().zip(bt) {
+        s += x * y;
+    }
+    s
+}
+
+/// out[r][o] = W[o] · x[r] (+ bias) for `rows` input rows; W is [out_dim, in_dim].
+/// Splits the output dimension across threads; each weight row is read once for all rows.
+fn matmul(x: &[f32], rows: usize, w: &[f32], in_dim: usize, bias: Option<&[f32]>) -> Vec<f32> {
+    let out_dim = w.len() / in_dim;
+    let mut out = vec![0f32; rows * out_dim];
+    let threads = crate::threads().min(out_dim.max(1));
+    let chunk = out_dim.div_ceil(threads);
+    // Compute into per-thread column blocks, then scatter.
+    let blocks: Vec<Vec<f32>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    let o0 = t * chunk;
+                    let o1 = ((t + 1) * chunk).min(out_dim);
+                    let mut blk = vec![0f32; rows * (o1.saturating_sub(o0))];
+                    let width = o1.saturating_sub(o0);
+                    for o in o0..o1 {
+                        let wr = &w[o * in_dim..(o + 1) * in_dim];
+                        let b = bias.map_or(0.0, |b| b[o]);
+                        for r in 0..rows {
+                            blk[r * width + (o - o0)] = dot(wr, &x[r * in_dim..(r + 1) * in_dim]) + b;
+                        }
+                    }
+                    blk
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (t, blk) in blocks.iter().enumerate() {
+        let o0 = t * chunk;
+        let width = blk.len().checked_div(rows).unwrap_or(0);
+        for r in 0..rows {
+            out[r * out_dim + o0..r * out_dim + o0 + width].copy_from_slice(&blk[r * width..(r + 1) * width]);
+        }
+    }
+    out
+}
+
+fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+    let h = w.len();
+    let mut out = vec![0f32; x.len()];
+    for (xr, orow) in x.chunks_exact(h).zip(out.chunks_exact_mut(h)) {
+        let ms = xr.iter().map(|v| v * v).sum::<f32>() / h as f32;
+        let inv = 1.0 / (ms + eps).sqrt();
+        for i in 0..h {
+            orow[i] = w[i] * (xr[i] * inv);
+        }
+    }
+    out
+}
+
+/// Rotate-half RoPE in place on `n_heads` heads of one row.
+fn rope(v: &mut [f32], n_heads: usize, hd: usize, cos: &[f32], sin: &[f32]) {
+    let half = hd / 2;
+    for h in 0..n_heads {
+        let x = &mut v[h * hd..(h + 1) * hd];
+        for i in 0..half {
+            let (a, b) = (x[i], x[i + half]);
+            x[i] = a * cos[i] - b * sin[i];
+            x[i + half] = b * cos[i + half] + a * sin[i + half];
+        }
+    }
+}
+
+fn silu(v: f32) -> f32 {
+    v / (1.0 + (-v).exp())
+}
+
+/// Keys/values visible to one attention call: the past cache (masked) then own rows.
+pub struct KvView<'a> {
+    pub past_k: Option<&'a [f32]>,
+    pub past_v: Option<&'a [f32]>,
+    pub ctx: usize,
+    pub layout: KvLayout,
+}
+
+/// Run the decoder layers over `rows` rows.
+///
+/// `mask` has `rows` rows of `ctx + rows` columns when past K/V is given (decode: the own
+/// column is implied 0 and `mask` has `ctx` columns, see `self_visible`), else `rows` columns.
+pub struct LayerIo<'a> {
+    pub x: Vec<f32>,
+    pub rows: usize,
+    pub cos: &'a [f32],
+    pub sin: &'a [f32],
+    pub mask: &'a [f32],
+    /// Decode form: mask covers only the past (ctx columns); own key always visible.
+    pub self_visible: bool,
+}
+
+pub struct LayerOut {
+    pub y: Vec<f32>,
+    /// Per layer: K (after RoPE) and V for the processed rows, [rows, K] position-major.
+    pub new_k: Vec<Vec<f32>>,
+    pub new_v: Vec<Vec<f32>>,
+}
+
+impl Weights {
+    pub fn run_layers(&self, io: LayerIo<'_>, past: &[KvView<'_>]) -> LayerOut {
+        let c = &self.cfg;
+        let (h, hd, nh, nkv) = (c.hidden, c.head_dim, c.n_heads, c.n_kv_heads);
+        let kdim = nkv * hd;
+        let rows = io.rows;
+        let group = nh / nkv;
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut x = io.x;
+        let mut new_k = Vec::with_capacity(self.layers.len());
+        let mut new_v = Vec::with_capacity(self.layers.len());
+        for (li, l) in self.layers.iter().enumerate() {
+            let n = rms_norm(&x, &l.attn_norm, c.rms_eps);
+            let mut q = matmul(&n, rows, &l.wq, h, l.bq.as_deref());
+            let mut k = matmul(&n, rows, &l.wk, h, l.bk.as_deref());
+            let v = matmul(&n, rows, &l.wv, h, l.bv.as_deref());
+            for r in 0..rows {
+                let (cr, sr) = (&io.cos[r * hd..(r + 1) * hd], &io.sin[r * hd..(r + 1) * hd]);
+                rope(&mut q[r * nh * hd..(r + 1) * nh * hd], nh, hd, cr, sr);
+                rope(&mut k[r * kdim..(r + 1) * kdim], nkv, hd, cr, sr);
+            }
+            let kv = past.get(li);
+            let ctx = kv.map_or(0, |p| if p.past_k.is_some() { p.ctx } else { 0 });
+            let mcols = if io.self_visible { ctx } else { ctx + rows };
+            let mut attn = vec![0f32; rows * nh * hd];
+            let mut scores = vec![0f32; ctx + rows];
+            for r in 0..rows {
+                let mrow = &io.mask[r * mcols..(r + 1) * mcols];
+                for head in 0..nh {
+                    let g = head / group;
+                    let qh = &q[(r * nh + head) * hd..(r * nh + head + 1) * hd];
+                    let mut maxv = f32::NEG_INFINITY;
+                    // Past rows.
+                    for j in 0..ctx {
+                        let m = mrow[j];
+                        scores[j] = if m == f32::NEG_INFINITY {
+                            f32::NEG_INFINITY
+                        } else {
+                            let kp = kv_row(kv.unwrap().past_k.unwrap(), kv.unwrap().layout, ctx, nkv, hd, g, j);
+                            dot(qh, kp) * scale + m
+                        };
+                        maxv = maxv.max(scores[j]);
+                    }
+                    // Own rows.
+                    let own = if io.self_visible { r + 1 } else { rows };
+                    for j in 0..own {
+                        let m = if io.self_visible { 0.0 } else { mrow[ctx + j] };
+                        let kj = &k[j * kdim + g * hd..j * kdim + (g + 1) * hd];
+                        let s = if m == f32::NEG_INFINITY {
+                            f32::NEG_INFINITY
+                        } else {
+                            dot(qh, kj) * scale + m
+                        };
+                        scores[ctx + j] = s;
+                        maxv = maxv.max(s);
+                    }
+                    let total = ctx + own;
+                    let mut sum = 0f32;
+                    for s in &mut scores[..total] {
+                        *s = if maxv == f32::NEG_INFINITY { 0.0 } else { (*s - maxv).exp() };
+                        sum += *s;
+                    }
+                    let out = &mut attn[(r * nh + head) * hd..(r * nh + head + 1) * hd];
+                    if sum == 0.0 {
+                        continue;
+                    }
+                    for j in 0..total {
+                        let p = scores[j] / sum;
+                        if p == 0.0 {
+                            continue;
+                        }
+                        let vr = if j < ctx {
+                            kv_row(kv.unwrap().past_v.unwrap(), kv.unwrap().layout, ctx, nkv, hd, g, j)
+                        } else {
+                            let jj = j - ctx;
+                            &v[jj * kdim + g * hd..jj * kdim + (g + 1) * hd]
+                        };
+                        for d in 0..hd {
+                            out[d] += p * vr[d];
+                        }
+                    }
+                }
+            }
+            let o = matmul(&attn, rows, &l.wo, nh * hd, None);
+            for (xi, oi) in x.iter_mut().zip(&o) {
+                *xi += oi;
+            }
+            let n2 = rms_norm(&x, &l.ffn_norm, c.rms_eps);
+            let gate = matmul(&n2, rows, &l.w_gate, h, None);
+            let up = matmul(&n2, rows, &l.w_up, h, None);
+            let act: Vec<f32> = gate.iter().zip(&up).map(|(g, u)| silu(*g) * u).collect();
+            let down = matmul(&act, rows, &l.w_down, c.ffn, None);
+            for (xi, di) in x.iter_mut().zip(&down) {
+                *xi += di;
+            }
+            new_k.push(k);
+            new_v.push(v);
+        }
+        LayerOut { y: x, new_k, new_v }
+    }
+
+    /// Final RMSNorm then the vocabulary projection.
+    pub fn lm_head(&self, hidden: &[f32]) -> Vec<f32> {
+        let n = rms_norm(hidden, self.output_norm.as_ref().unwrap(), self.cfg.rms_eps);
+        matmul(&n, 1, self.lm.as_ref().unwrap(), self.cfg.hidden, None)
+    }
+}
+
+/// Row `j` of KV head `g` in a cache of either layout.
+fn kv_row(buf: &[f32], layout: KvLayout, ctx: usize, nkv: usize, hd: usize, g: usize, j: usize) -> &[f32] {
+    match layout {
+        KvLayout::PosMajor => &buf[j * nkv * hd + g * hd..j * nkv * hd + (g + 1) * hd],
+        KvLayout::HeadMajor => &buf[(g * ctx + j) * hd..(g * ctx + j + 1) * hd],
+    }
+}
+
+/// Convert position-major [rows, nkv*hd] to head-major [nkv, rows, hd].
+pub fn to_head_major(v: &[f32], rows: usize, nkv: usize, hd: usize) -> Vec<f32> {
+    let mut out = vec![0f32; v.len()];
+    for r in 0..rows {
+        for g in 0..nkv {
+            out[(g * rows + r) * hd..(g * rows + r + 1) * hd]
+                .copy_from_slice(&v[(r * nkv + g) * hd..(r * nkv + g + 1) * hd]);
+        }
+    }
+    out
+}
