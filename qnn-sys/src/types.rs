@@ -231,6 +231,21 @@ impl Default for QnnQuantizeParams {
     }
 }
 
+impl std::fmt::Debug for QnnQuantizeParams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("QnnQuantizeParams");
+        d.field("definition", &self.encoding_definition)
+            .field("encoding", &self.quantization_encoding);
+        if self.quantization_encoding == quant_encoding::SCALE_OFFSET {
+            // SAFETY: the encoding tag selects the scale_offset member; any bits are valid
+            // for its f32/i32 fields.
+            let so = unsafe { self.encoding.scale_offset };
+            d.field("scale", &so.scale).field("offset", &so.offset);
+        }
+        d.finish()
+    }
+}
+
 impl QnnQuantizeParams {
     /// A defined per-tensor scale/offset encoding.
     pub fn scale_offset(scale: f32, offset: i32) -> Self {

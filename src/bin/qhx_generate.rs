@@ -1,1 +1,213 @@
-fn main(){}
+//! `qhx_generate <manifest> <backend_lib> <system_lib> <artifacts_root> [n_tokens] [prompt]`
+//!
+//! stdout carries the generated text only (or the one `--json` document); the banner,
+//! logs and the stats line go to stderr. Exit codes: 0 ok, 1 failure, 2 usage.
+
+use anyhow::{bail, Context as _, Result};
+use clap::Parser;
+use qhx::engine::{Engine, GenConfig, Next};
+use qhx::manifest::Manifest;
+use qhx::model::{LoadOptions, Model};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "qhx_generate",
+    version,
+    about = "Generate text with a QNN context-binary LLM bundle on the Hexagon NPU",
+    after_help = "Argument order is invariant: <manifest> <libQnnHtp.so> <libQnnSystem.so> <artifacts_root> [n_tokens] [prompt]"
+)]
+struct Args {
+    /// Bundle manifest (JSON, schema_version 1).
+    manifest: PathBuf,
+    /// QNN backend library (libQnnHtp.so / QnnHtp.dll).
+    backend_lib: PathBuf,
+    /// QNN system library (libQnnSystem.so / QnnSystem.dll).
+    system_lib: PathBuf,
+    /// Directory the manifest's artifact names resolve against.
+    artifacts_root: PathBuf,
+    /// Number of tokens to generate.
+    #[arg(default_value_t = 64, value_parser = parse_n_tokens)]
+    n_tokens: usize,
+    /// Prompt text (raw completion; no chat template).
+    prompt: Option<String>,
+    /// Prompt text (alternative to the positional prompt).
+    #[arg(short = 'p', long = "prompt", conflicts_with = "prompt")]
+    prompt_flag: Option<String>,
+    /// Print one JSON document on stdout at the end instead of streaming text.
+    #[arg(long)]
+    json: bool,
+    /// More diagnostics on stderr (-v: QNN warnings and info, -vv: verbose QNN log).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Keep going when logits or hidden states contain NaN/Inf.
+    #[arg(long)]
+    allow_nonfinite: bool,
+}
+
+fn parse_n_tokens(s: &str) -> std::result::Result<usize, String> {
+    let n: i64 = s.trim().parse().map_err(|_| format!("{s:?} is not a whole number of tokens"))?;
+    if n <= 0 {
+        return Err(format!("must be at least 1 (got {n})"));
+    }
+    if n > 1_000_000 {
+        return Err(format!("{n} is beyond any context length"));
+    }
+    Ok(n as usize)
+}
+
+fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match run(args) {
+        Ok(code) => code,
+        Err(e) => {
+            if is_broken_pipe(&e) {
+                return ExitCode::SUCCESS;
+            }
+            let msg = format!("{e:#}").replace('\n', " ");
+            eprintln!("qhx_generate: error: {msg}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+fn run(args: Args) -> Result<ExitCode> {
+    let prompt = match (args.prompt.clone(), args.prompt_flag.clone()) {
+        (Some(p), _) | (None, Some(p)) => p,
+        (None, None) => {
+            eprintln!("qhx_generate: error: no prompt given (positional after n_tokens, or -p TEXT)");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    if !args.artifacts_root.is_dir() {
+        bail!("artifacts root {} is not a directory", args.artifacts_root.display());
+    }
+    let manifest = Manifest::load(&args.manifest, &args.artifacts_root)?;
+    let log_level = match args.verbose {
+        0 => 0,
+        1 => qnn_sys::log_level::INFO,
+        _ => qnn_sys::log_level::VERBOSE,
+    };
+    let model = Model::load(manifest, &args.backend_lib, &args.system_lib, &LoadOptions { log_level })
+        .context("loading the bundle")?;
+    let m = &model.manifest;
+    let io_dtype = qnn_sys::dtype::name(model.decode.0.desc.inputs[model.decode.1.x].dtype);
+    eprintln!(
+        "qhx {} | {} ({:?}{}) | {} core API {} | prefill {} | ctx {} | I/O {}",
+        env!("CARGO_PKG_VERSION"),
+        if m.name.is_empty() { "model" } else { &m.name },
+        m.arch,
+        m.dsp_arch.as_deref().map(|a| format!(", {a}")).unwrap_or_default(),
+        model.rt.backend().path.display(),
+        model.rt.backend().core_api,
+        model.prefill.as_ref().map_or("none (decode-over-prompt)".to_string(), |(_, io)| format!("P={}", io.rows)),
+        model.max_ctx,
+        io_dtype,
+    );
+    if args.verbose > 0 {
+        for (bin, ms) in &model.context_ms {
+            eprintln!("qhx: context {} loaded in {ms:.1} ms", bin.display());
+        }
+    }
+
+    let t_tok = Instant::now();
+    let ids = model.tokenizer.encode(&prompt, m.params.bos_token_id)?;
+    let tokenize_ms = t_tok.elapsed().as_secs_f64() * 1000.0;
+    if ids.len() >= model.max_ctx {
+        bail!(
+            "the prompt is {} tokens, which leaves no room in max_ctx {} to generate",
+            ids.len(),
+            model.max_ctx
+        );
+    }
+    let budget = model.max_ctx - ids.len();
+    let mut n_tokens = args.n_tokens;
+    if n_tokens > budget {
+        eprintln!(
+            "qhx: warning: n_tokens {} clamped to {budget} (prompt {} + generated must fit max_ctx {})",
+            n_tokens,
+            ids.len(),
+            model.max_ctx
+        );
+        n_tokens = budget;
+    }
+    let cfg = GenConfig {
+        n_tokens,
+        allow_nonfinite: args.allow_nonfinite,
+    };
+
+    let mut engine = Engine::new(&model);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut stream = model.tokenizer.stream();
+    let json = args.json;
+    let result = engine.generate(&ids, &cfg, tokenize_ms, |tok| {
+        if !json {
+            if let Some(piece) = stream.step(tok)? {
+                out.write_all(piece.as_bytes()).map_err(|e| qhx::Error::io("<stdout>", e))?;
+                out.flush().map_err(|e| qhx::Error::io("<stdout>", e))?;
+            }
+        }
+        Ok(Next::Continue)
+    });
+    let output = match result {
+        Ok(o) => o,
+        Err(e) => {
+            if !json {
+                let _ = writeln!(out);
+                let _ = out.flush();
+            }
+            return Err(e.into());
+        }
+    };
+    let mut stats = output.stats.clone();
+    if output.finish == qhx::engine::FinishReason::Length && n_tokens < args.n_tokens {
+        // The clamp, not the request, ended the run.
+        stats.finish();
+    }
+    let finish = if output.finish == qhx::engine::FinishReason::Length && n_tokens < args.n_tokens {
+        qhx::engine::FinishReason::CtxFull
+    } else {
+        output.finish
+    };
+    // Text without the end token, decoded in one shot (equals the streamed text).
+    let text_ids: Vec<u32> = output
+        .output_ids
+        .iter()
+        .copied()
+        .filter(|t| !(finish == qhx::engine::FinishReason::Eos && m.eos.contains(t)))
+        .collect();
+    let text = model.tokenizer.decode(&text_ids)?;
+    if json {
+        let doc = serde_json::json!({
+            "input_ids": output.input_ids,
+            "output_ids": output.output_ids,
+            "text": text,
+            "finish_reason": finish.as_str(),
+            "stats": stats,
+        });
+        writeln!(out, "{doc}")?;
+    } else {
+        writeln!(out)?;
+    }
+    out.flush()?;
+    eprintln!("{} finish={}", stats.line(), finish.as_str());
+    Ok(ExitCode::SUCCESS)
+}

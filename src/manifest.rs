@@ -1,0 +1,362 @@
+//! The bundle manifest (schema_version 1): serde mirror of the JSON, then validation into
+//! a resolved [`Manifest`] whose paths are joined to the artifacts root.
+
+use crate::error::{Error, Result};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ModelSection {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub family: Option<String>,
+    pub arch: String,
+    #[serde(default)]
+    pub dsp_arch: Option<String>,
+    #[serde(default)]
+    pub soc_model: Option<u32>,
+}
+
+/// `rope_scaling` block; only the llama3 type is defined.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct RopeScaling {
+    pub rope_type: String,
+    pub factor: f64,
+    pub low_freq_factor: f64,
+    pub high_freq_factor: f64,
+    pub original_max_position_embeddings: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(u32),
+    Many(Vec<u32>),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Params {
+    pub hidden: usize,
+    pub vocab: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub max_ctx: usize,
+    pub rope_theta: f64,
+    #[serde(default)]
+    pub rope_scaling: Option<RopeScaling>,
+    #[serde(default)]
+    pub bos_token_id: Option<u32>,
+    pub eos_token_id: OneOrMany,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ContextRef {
+    pub bin: String,
+    #[serde(default)]
+    pub graph: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Contexts {
+    #[serde(default)]
+    pub prefill: Option<ContextRef>,
+    #[serde(default)]
+    pub decode: Option<ContextRef>,
+    pub lmhead: ContextRef,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum EmbedDtype {
+    #[default]
+    F16,
+    F32,
+}
+
+impl EmbedDtype {
+    pub fn size(self) -> usize {
+        match self {
+            EmbedDtype::F16 => 2,
+            EmbedDtype::F32 => 4,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum EmbedRef {
+    File(String),
+    Full {
+        file: String,
+        #[serde(default)]
+        dtype: EmbedDtype,
+    },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct Artifacts {
+    pub contexts: Contexts,
+    pub embed: EmbedRef,
+    pub tokenizer: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+pub struct Plan {
+    #[serde(default)]
+    pub op: Option<String>,
+    #[serde(default)]
+    pub ar: Option<usize>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct RawManifest {
+    schema_version: u32,
+    model: ModelSection,
+    params: Params,
+    artifacts: Artifacts,
+    #[serde(default)]
+    plan: Plan,
+    #[serde(default)]
+    chat: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    Llama,
+    Qwen2,
+}
+
+/// A context binary to load and the graph to take from it.
+#[derive(Debug, Clone)]
+pub struct GraphRef {
+    pub bin: PathBuf,
+    pub graph: Option<String>,
+}
+
+/// A validated manifest with artifact paths resolved against the artifacts root.
+#[derive(Debug, Clone)]
+pub struct Manifest {
+    pub path: PathBuf,
+    pub name: String,
+    pub arch: Arch,
+    pub dsp_arch: Option<String>,
+    pub soc_model: Option<u32>,
+    pub params: Params,
+    pub eos: Vec<u32>,
+    pub prefill: Option<GraphRef>,
+    pub decode: GraphRef,
+    pub lmhead: GraphRef,
+    pub embed: PathBuf,
+    pub embed_dtype: EmbedDtype,
+    pub tokenizer: PathBuf,
+    pub plan: Plan,
+    pub chat: Option<serde_json::Value>,
+}
+
+impl Manifest {
+    /// Read, parse and validate `path`; artifact names resolve against `root`.
+    pub fn load(path: &Path, root: &Path) -> Result<Manifest> {
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        Self::parse(&bytes, path, root)
+    }
+
+    pub fn parse(bytes: &[u8], path: &Path, root: &Path) -> Result<Manifest> {
+        let err = |msg: String| Error::Manifest {
+            path: path.to_path_buf(),
+            msg,
+        };
+        if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+            return Err(err("file is empty".into()));
+        }
+        let de = &mut serde_json::Deserializer::from_slice(bytes);
+        let raw: RawManifest = serde_path_to_error::deserialize(de).map_err(|e| {
+            let at = e.path().to_string();
+            let inner = e.into_inner();
+            if at == "." || at.is_empty() {
+                err(inner.to_string())
+            } else {
+                err(format!("{at}: {inner}"))
+            }
+        })?;
+        if raw.schema_version != SCHEMA_VERSION {
+            return Err(err(format!(
+                "schema_version: {} is not supported (this qhx reads {SCHEMA_VERSION})",
+                raw.schema_version
+            )));
+        }
+        let arch = match raw.model.arch.as_str() {
+            "llama" => Arch::Llama,
+            "qwen2" => Arch::Qwen2,
+            other => return Err(err(format!("model.arch: {other:?} is not one of \"llama\", \"qwen2\""))),
+        };
+        let p = &raw.params;
+        for (name, v) in [
+            ("hidden", p.hidden),
+            ("vocab", p.vocab),
+            ("n_layers", p.n_layers),
+            ("n_heads", p.n_heads),
+            ("n_kv_heads", p.n_kv_heads),
+            ("head_dim", p.head_dim),
+            ("max_ctx", p.max_ctx),
+        ] {
+            if v == 0 {
+                return Err(err(format!("params.{name}: must be positive")));
+            }
+        }
+        if p.n_heads % p.n_kv_heads != 0 {
+            return Err(err(format!(
+                "params.n_heads: {} is not a multiple of n_kv_heads {}",
+                p.n_heads, p.n_kv_heads
+            )));
+        }
+        if p.head_dim % 2 != 0 {
+            return Err(err(format!("params.head_dim: {} must be even for RoPE", p.head_dim)));
+        }
+        if !(p.rope_theta.is_finite() && p.rope_theta > 0.0) {
+            return Err(err(format!("params.rope_theta: {} must be a positive number", p.rope_theta)));
+        }
+        if let Some(s) = &p.rope_scaling {
+            if s.rope_type != "llama3" {
+                return Err(err(format!(
+                    "params.rope_scaling.rope_type: {:?} is not supported (only \"llama3\")",
+                    s.rope_type
+                )));
+            }
+            if !(s.factor > 0.0
+                && s.low_freq_factor > 0.0
+                && s.high_freq_factor > s.low_freq_factor
+                && s.original_max_position_embeddings > 0.0)
+            {
+                return Err(err("params.rope_scaling: factors must be positive with high_freq_factor > low_freq_factor".into()));
+            }
+        }
+        let eos = match &p.eos_token_id {
+            OneOrMany::One(e) => vec![*e],
+            OneOrMany::Many(v) => v.clone(),
+        };
+        for &e in &eos {
+            if e as usize >= p.vocab {
+                return Err(err(format!("params.eos_token_id: {e} is outside the vocabulary ({})", p.vocab)));
+            }
+        }
+        if let Some(b) = p.bos_token_id {
+            if b as usize >= p.vocab {
+                return Err(err(format!("params.bos_token_id: {b} is outside the vocabulary ({})", p.vocab)));
+            }
+        }
+        let resolve = |name: &str, field: &str| -> Result<PathBuf> {
+            if name.is_empty() {
+                return Err(err(format!("{field}: empty file name")));
+            }
+            Ok(root.join(name))
+        };
+        let gref = |c: &ContextRef, field: &str| -> Result<GraphRef> {
+            Ok(GraphRef {
+                bin: resolve(&c.bin, &format!("{field}.bin"))?,
+                graph: c.graph.clone(),
+            })
+        };
+        let c = &raw.artifacts.contexts;
+        let decode = match &c.decode {
+            Some(d) => gref(d, "artifacts.contexts.decode")?,
+            None => return Err(err("artifacts.contexts: missing field `decode`".into())),
+        };
+        let prefill = c
+            .prefill
+            .as_ref()
+            .map(|r| gref(r, "artifacts.contexts.prefill"))
+            .transpose()?;
+        let lmhead = gref(&c.lmhead, "artifacts.contexts.lmhead")?;
+        let (embed_name, embed_dtype) = match &raw.artifacts.embed {
+            EmbedRef::File(f) => (f.as_str(), EmbedDtype::F16),
+            EmbedRef::Full { file, dtype } => (file.as_str(), *dtype),
+        };
+        Ok(Manifest {
+            path: path.to_path_buf(),
+            name: raw.model.name.clone(),
+            arch,
+            dsp_arch: raw.model.dsp_arch.clone(),
+            soc_model: raw.model.soc_model,
+            eos,
+            prefill,
+            decode,
+            lmhead,
+            embed: resolve(embed_name, "artifacts.embed")?,
+            embed_dtype,
+            tokenizer: resolve(&raw.artifacts.tokenizer, "artifacts.tokenizer")?,
+            plan: raw.plan.clone(),
+            chat: raw.chat.clone(),
+            params: raw.params,
+        })
+    }
+
+    /// K = n_kv_heads * head_dim, the per-position width of one layer's K or V.
+    pub fn kv_dim(&self) -> usize {
+        self.params.n_kv_heads * self.params.head_dim
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"{"schema_version":1,
+      "model":{"name":"m","arch":"llama"},
+      "params":{"hidden":8,"vocab":32,"n_layers":2,"n_heads":2,"n_kv_heads":1,"head_dim":4,
+                "max_ctx":16,"rope_theta":10000.0,"eos_token_id":[2,3]},
+      "artifacts":{"contexts":{"decode":{"bin":"d.bin"},"lmhead":{"bin":"l.bin","graph":"lm"}},
+                   "embed":"e.bin","tokenizer":"tokenizer.json"},
+      "future_key": {"ignored": true}}"#;
+
+    fn parse(s: &str) -> Result<Manifest> {
+        Manifest::parse(s.as_bytes(), Path::new("m.json"), Path::new("/root"))
+    }
+
+    #[test]
+    fn parses_and_resolves_paths() {
+        let m = parse(GOOD).unwrap();
+        assert_eq!(m.arch, Arch::Llama);
+        assert_eq!(m.eos, vec![2, 3]);
+        assert_eq!(m.decode.bin, PathBuf::from("/root/d.bin"));
+        assert_eq!(m.lmhead.graph.as_deref(), Some("lm"));
+        assert_eq!(m.embed_dtype, EmbedDtype::F16);
+        assert!(m.prefill.is_none());
+        assert_eq!(m.kv_dim(), 4);
+    }
+
+    #[test]
+    fn missing_field_names_its_json_path() {
+        let bad = GOOD.replace(r#""hidden":8,"#, "");
+        let e = parse(&bad).unwrap_err().to_string();
+        assert!(e.contains("m.json") && e.contains("params") && e.contains("hidden"), "{e}");
+    }
+
+    #[test]
+    fn wrong_type_names_its_json_path() {
+        let bad = GOOD.replace(r#""max_ctx":16"#, r#""max_ctx":"16""#);
+        let e = parse(&bad).unwrap_err().to_string();
+        assert!(e.contains("params.max_ctx"), "{e}");
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        for (from, to, needle) in [
+            (r#""schema_version":1"#, r#""schema_version":2"#, "schema_version"),
+            (r#""n_kv_heads":1"#, r#""n_kv_heads":0"#, "n_kv_heads"),
+            (r#""head_dim":4"#, r#""head_dim":3"#, "head_dim"),
+            (r#""arch":"llama""#, r#""arch":"gpt""#, "model.arch"),
+            (r#""eos_token_id":[2,3]"#, r#""eos_token_id":99"#, "eos_token_id"),
+            (r#""rope_theta":10000.0"#, r#""rope_theta":-1"#, "rope_theta"),
+        ] {
+            let e = parse(&GOOD.replace(from, to)).unwrap_err().to_string();
+            assert!(e.contains(needle), "{from} -> {e}");
+        }
+        assert!(parse("").unwrap_err().to_string().contains("empty"));
+        assert!(parse("{").is_err());
+    }
+}

@@ -1,0 +1,95 @@
+//! The host embedding table: a memory-mapped raw [vocab, hidden] array of f16 or f32.
+
+use crate::error::{Error, Result};
+use crate::manifest::EmbedDtype;
+use crate::ops::convert::TypedMut;
+use half::f16;
+use std::path::{Path, PathBuf};
+
+pub struct EmbedTable {
+    map: memmap2::Mmap,
+    dtype: EmbedDtype,
+    vocab: usize,
+    hidden: usize,
+    path: PathBuf,
+}
+
+impl EmbedTable {
+    /// Map `path` and check its size is exactly vocab * hidden * element size.
+    pub fn open(path: &Path, dtype: EmbedDtype, vocab: usize, hidden: usize) -> Result<Self> {
+        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        let want = (vocab * hidden * dtype.size()) as u64;
+        if len != want {
+            return Err(Error::File {
+                path: path.to_path_buf(),
+                msg: format!(
+                    "embedding table is {len} bytes, but vocab {vocab} x hidden {hidden} x {} bytes ({dtype:?}) = {want}",
+                    dtype.size()
+                ),
+            });
+        }
+        let map = crate::qnn::map_file(&file, path)?;
+        Ok(EmbedTable {
+            map,
+            dtype,
+            vocab,
+            hidden,
+            path: path.to_path_buf(),
+        })
+    }
+
+    pub fn vocab(&self) -> usize {
+        self.vocab
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Write the row of `token` into elements `at..at+hidden` of `dst`.
+    pub fn write_row(&self, token: u32, dst: &mut TypedMut<'_>, at: usize) -> Result<()> {
+        let t = token as usize;
+        if t >= self.vocab {
+            return Err(Error::Input(format!(
+                "token id {token} is outside the embedding table ({} rows, {})",
+                self.vocab,
+                self.path.display()
+            )));
+        }
+        let h = self.hidden;
+        let es = self.dtype.size();
+        let bytes = &self.map[t * h * es..(t + 1) * h * es];
+        match (self.dtype, dst) {
+            // Same element type: a straight byte copy of the row.
+            (EmbedDtype::F16, TypedMut::F16(d)) => {
+                for (o, b) in d[at..at + h].iter_mut().zip(bytes.chunks_exact(2)) {
+                    *o = f16::from_le_bytes([b[0], b[1]]);
+                }
+            }
+            (EmbedDtype::F32, TypedMut::F32(d)) => {
+                for (o, b) in d[at..at + h].iter_mut().zip(bytes.chunks_exact(4)) {
+                    *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                }
+            }
+            (_, d) => {
+                let row = self.row_f32(t, bytes);
+                d.write_f32(at, &row);
+            }
+        }
+        Ok(())
+    }
+
+    fn row_f32(&self, _t: usize, bytes: &[u8]) -> Vec<f32> {
+        match self.dtype {
+            EmbedDtype::F16 => bytes
+                .chunks_exact(2)
+                .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            EmbedDtype::F32 => bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+        }
+    }
+}

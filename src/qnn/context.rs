@@ -1,0 +1,116 @@
+//! Contexts created from binaries, and graphs retrieved from them.
+
+use super::buffer::Binding;
+use super::check;
+use super::runtime::Runtime;
+use crate::error::{Error, Result};
+use qnn_sys::*;
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub struct Context {
+    rt: Arc<Runtime>,
+    handle: QnnContextHandle,
+    pub bin: PathBuf,
+}
+
+// SAFETY: a context handle may be used from any thread; qhx uses each from one at a time.
+unsafe impl Send for Context {}
+// SAFETY: as above.
+unsafe impl Sync for Context {}
+
+impl Context {
+    /// `contextCreateFromBinary` on `bytes` (the mapped file; needed only during the call).
+    pub fn from_binary(rt: &Arc<Runtime>, bytes: &[u8], bin: &Path) -> Result<Arc<Context>> {
+        let t = &rt.backend().table;
+        let step = || format!("creating context from {}", bin.display());
+        let create = t.context_create_from_binary.ok_or_else(|| Error::MissingEntry {
+            step: step(),
+            entry: "contextCreateFromBinary",
+        })?;
+        let mut handle: QnnContextHandle = std::ptr::null_mut();
+        // SAFETY: backend/device are live handles of `rt`; `bytes` is readable for its
+        // length during the call; no configs; the out-param is a live local.
+        let s = unsafe {
+            create(
+                rt.backend_handle(),
+                rt.device_handle(),
+                std::ptr::null(),
+                bytes.as_ptr() as *const _,
+                bytes.len() as u64,
+                &mut handle,
+                std::ptr::null_mut(),
+            )
+        };
+        check(s, step)?;
+        Ok(Arc::new(Context {
+            rt: rt.clone(),
+            handle,
+            bin: bin.to_path_buf(),
+        }))
+    }
+
+    /// `graphRetrieve` by name.
+    pub fn graph(self: &Arc<Self>, name: &str) -> Result<Graph> {
+        let t = &self.rt.backend().table;
+        let step = || format!("retrieving graph {name} from {}", self.bin.display());
+        let retrieve = t.graph_retrieve.ok_or_else(|| Error::MissingEntry {
+            step: step(),
+            entry: "graphRetrieve",
+        })?;
+        let execute = t.graph_execute.ok_or_else(|| Error::MissingEntry {
+            step: step(),
+            entry: "graphExecute",
+        })?;
+        let cname = CString::new(name).map_err(|_| Error::graph(name, "name contains NUL"))?;
+        let mut handle: QnnGraphHandle = std::ptr::null_mut();
+        // SAFETY: live context handle; NUL-terminated name; out-param to a live local.
+        check(unsafe { retrieve(self.handle, cname.as_ptr(), &mut handle) }, step)?;
+        Ok(Graph {
+            ctx: self.clone(),
+            handle,
+            execute,
+            name: name.to_string(),
+        })
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        if let Some(f) = self.rt.backend().table.context_free {
+            // SAFETY: a live context handle, freed once; its graphs hold an Arc to this
+            // context, so none can be executed afterwards.
+            let _ = unsafe { f(self.handle, std::ptr::null_mut()) };
+        }
+    }
+}
+
+pub struct Graph {
+    ctx: Arc<Context>,
+    handle: QnnGraphHandle,
+    execute: GraphExecuteFn,
+    pub name: String,
+}
+
+impl Graph {
+    /// Execute with the binding's persistent tensors.
+    pub fn execute(&self, b: &mut Binding) -> Result<()> {
+        let (ni, no) = (b.inputs.len() as u32, b.outputs.len() as u32);
+        // SAFETY: the graph handle is live (we hold its context); the tensor arrays are
+        // contiguous Qnn_Tensor_t (stride 144) whose names, dims and buffers the binding
+        // owns and keeps alive; output buffers are writable and exactly sized.
+        let s = unsafe {
+            (self.execute)(
+                self.handle,
+                b.inputs.as_ptr(),
+                ni,
+                b.outputs.as_mut_ptr(),
+                no,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        check(s, || format!("executing graph {} ({})", self.name, self.ctx.bin.display()))
+    }
+}

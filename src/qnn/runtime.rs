@@ -1,0 +1,166 @@
+//! The QNN runtime: loaded libraries plus the log, backend and device handles.
+
+use super::check;
+use crate::error::{Error, Result};
+use qnn_sys::*;
+use std::ffi::CStr;
+use std::path::Path;
+
+/// What the backend reports about the device it drives.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceFacts {
+    pub soc_model: Option<u32>,
+    pub dsp_arch: Option<u32>,
+    pub build_id: String,
+}
+
+pub struct Runtime {
+    backend_lib: BackendLibrary,
+    system_lib: SystemLibrary,
+    log: QnnLogHandle,
+    backend: QnnBackendHandle,
+    device: QnnDeviceHandle,
+    pub device_facts: DeviceFacts,
+}
+
+// SAFETY: the handles are used from one thread at a time (the engine is single-threaded;
+// parallel context creation passes `&Runtime` only to QNN calls documented as thread-safe).
+unsafe impl Send for Runtime {}
+// SAFETY: as above; no interior mutation.
+unsafe impl Sync for Runtime {}
+
+impl Runtime {
+    /// Load both libraries, create log, backend and device.
+    pub fn new(backend_path: &Path, system_path: &Path, log_level: u32) -> Result<Runtime> {
+        let system_lib = SystemLibrary::load(system_path)?;
+        let backend_lib = BackendLibrary::load(backend_path)?;
+        super::log::set_verbosity(log_level);
+        let mut rt = Runtime {
+            backend_lib,
+            system_lib,
+            log: std::ptr::null_mut(),
+            backend: std::ptr::null_mut(),
+            device: std::ptr::null_mut(),
+            device_facts: DeviceFacts::default(),
+        };
+        let t = rt.backend_lib.table;
+        let lib = rt.backend_lib.path.display().to_string();
+        if let Some(log_create) = t.log_create {
+            // Errors are always captured (to quote them); the level only affects printing.
+            let level = log_level.max(log_level::ERROR);
+            let mut h: QnnLogHandle = std::ptr::null_mut();
+            // SAFETY: the callback is a valid QnnLog_Callback_t for the process lifetime.
+            let s = unsafe { log_create(Some(super::log::callback), level, &mut h) };
+            // A logger is optional: continue without one if the backend refuses.
+            if QnnStatus(s).is_ok() {
+                rt.log = h;
+            }
+        }
+        let backend_create = t.backend_create.ok_or_else(|| Error::MissingEntry {
+            step: format!("creating the backend from {lib}"),
+            entry: "backendCreate",
+        })?;
+        // SAFETY: log is null or a live logger; no configs; out-param is a field of rt.
+        check(unsafe { backend_create(rt.log, std::ptr::null(), &mut rt.backend) }, || {
+            format!("creating the QNN backend from {lib}")
+        })?;
+        // Device creation is optional per the API (a NULL device means the default).
+        let wants_device = match t.property_has_capability {
+            // SAFETY: plain value argument.
+            Some(f) => QnnStatus(unsafe { f(QNN_PROPERTY_GROUP_DEVICE) }).is_ok(),
+            None => true,
+        };
+        if wants_device {
+            if let Some(device_create) = t.device_create {
+                // SAFETY: as for backendCreate.
+                check(unsafe { device_create(rt.log, std::ptr::null(), &mut rt.device) }, || {
+                    format!("creating the QNN device from {lib}")
+                })?;
+            }
+        }
+        rt.device_facts = rt.read_device_facts();
+        Ok(rt)
+    }
+
+    fn read_device_facts(&self) -> DeviceFacts {
+        let t = &self.backend_lib.table;
+        let mut f = DeviceFacts::default();
+        if let Some(get) = t.backend_get_build_id {
+            let mut p: *const std::ffi::c_char = std::ptr::null();
+            // SAFETY: out-param to a live local; the string is library-owned and static.
+            if QnnStatus(unsafe { get(&mut p) }).is_ok() && !p.is_null() {
+                // SAFETY: non-null NUL-terminated string.
+                f.build_id = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+            }
+        }
+        if let (Some(get), Some(free)) = (t.device_get_platform_info, t.device_free_platform_info) {
+            let mut info: *const QnnDevicePlatformInfo = std::ptr::null();
+            // SAFETY: out-param to a live local.
+            if QnnStatus(unsafe { get(self.log, &mut info) }).is_ok() && !info.is_null() {
+                // SAFETY: a platform info v1 owned by the library until freed below.
+                let i = unsafe { &*info };
+                if i.version == 1 && i.num_hw_devices > 0 && !i.hw_devices.is_null() {
+                    // SAFETY: at least one hardware device entry.
+                    let hw = unsafe { &*i.hw_devices };
+                    if hw.version == 1 && !hw.device_info_extension.is_null() {
+                        // SAFETY: for HTP the extension is QnnHtpDevice_DeviceInfoExtension_t.
+                        let ext = unsafe { &*(hw.device_info_extension as *const QnnHtpDeviceInfoExtension) };
+                        if ext.dev_type == 0 {
+                            f.soc_model = Some(ext.soc_model);
+                            f.dsp_arch = Some(ext.arch);
+                        }
+                    }
+                }
+                // SAFETY: freeing what get returned, once.
+                let _ = unsafe { free(self.log, info) };
+            }
+        }
+        f
+    }
+
+    pub fn backend(&self) -> &BackendLibrary {
+        &self.backend_lib
+    }
+
+    pub fn system(&self) -> &SystemLibrary {
+        &self.system_lib
+    }
+
+    pub(crate) fn backend_handle(&self) -> QnnBackendHandle {
+        self.backend
+    }
+
+    pub(crate) fn device_handle(&self) -> QnnDeviceHandle {
+        self.device
+    }
+
+    pub(crate) fn log_handle(&self) -> QnnLogHandle {
+        self.log
+    }
+}
+
+impl Drop for Runtime {
+    /// Device, backend, then log: the reverse of creation. Contexts hold an `Arc<Runtime>`,
+    /// so they are already gone. Release errors are ignored: nothing can be done about them.
+    fn drop(&mut self) {
+        let t = &self.backend_lib.table;
+        if !self.device.is_null() {
+            if let Some(f) = t.device_free {
+                // SAFETY: a live device handle, freed once.
+                let _ = unsafe { f(self.device) };
+            }
+        }
+        if !self.backend.is_null() {
+            if let Some(f) = t.backend_free {
+                // SAFETY: a live backend handle, freed once.
+                let _ = unsafe { f(self.backend) };
+            }
+        }
+        if !self.log.is_null() {
+            if let Some(f) = t.log_free {
+                // SAFETY: a live log handle, freed once.
+                let _ = unsafe { f(self.log) };
+            }
+        }
+    }
+}
