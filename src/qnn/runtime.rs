@@ -134,9 +134,6 @@ impl Runtime {
         self.device
     }
 
-    pub(crate) fn log_handle(&self) -> QnnLogHandle {
-        self.log
-    }
 }
 
 impl Drop for Runtime {

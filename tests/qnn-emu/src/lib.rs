@@ -20,6 +20,7 @@
 pub mod format;
 pub mod io;
 pub mod model;
+pub mod writer;
 
 mod api;
 mod exec;

@@ -1,0 +1,72 @@
+//! Shared helpers for the integration tests: paths of the built binary and emulator, and
+//! synthetic bundles written by `qnn_emu::writer`.
+#![allow(dead_code)]
+
+use qnn_emu::writer::{write_bundle, SynthSpec};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_qhx_generate"))
+}
+
+/// The emulator cdylib next to the binary (built by `cargo build --workspace`).
+pub fn emu() -> PathBuf {
+    let dir = bin().parent().expect("bin dir").to_path_buf();
+    let name = if cfg!(windows) {
+        "qnn_emu.dll"
+    } else if cfg!(target_os = "macos") {
+        "libqnn_emu.dylib"
+    } else {
+        "libqnn_emu.so"
+    };
+    let p = dir.join(name);
+    assert!(
+        p.is_file(),
+        "{} is missing: build the workspace first (scripts/test.sh does `cargo build --workspace`)",
+        p.display()
+    );
+    p
+}
+
+pub fn tmp(tag: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(tag);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("tmp dir");
+    d
+}
+
+/// Write a synthetic bundle into a fresh directory; returns (dir, manifest path).
+pub fn bundle(tag: &str, spec: &SynthSpec) -> (PathBuf, PathBuf) {
+    let d = tmp(tag);
+    let m = write_bundle(&d, spec).expect("write bundle");
+    (d, m)
+}
+
+/// Run qhx_generate with the standard positional order plus extra args and env.
+pub fn generate(manifest: &Path, root: &Path, n: &str, prompt: &str, extra: &[&str], env: &[(&str, &str)]) -> Output {
+    let lib = emu();
+    let mut c = Command::new(bin());
+    c.arg(manifest).arg(&lib).arg(&lib).arg(root).arg(n).arg(prompt).args(extra);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("spawn qhx_generate")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Parse the --json document on stdout.
+pub fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}\nstderr: {}", stdout(o), stderr(o)))
+}
+
+pub fn ids(v: &serde_json::Value, key: &str) -> Vec<u64> {
+    v[key].as_array().unwrap_or_else(|| panic!("no {key}")).iter().map(|x| x.as_u64().unwrap()).collect()
+}

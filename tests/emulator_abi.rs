@@ -1,0 +1,87 @@
+//! The emulator through the real C ABI: dlopen, getProviders, binary info, context,
+//! graphRetrieve and graphExecute, checked against an independent computation.
+
+mod common;
+
+use qhx::qnn::{read_binary_info, Binding, Context, Runtime};
+use qnn_emu::writer::{context_binary, graphs, weights, SynthSpec};
+use std::sync::Arc;
+
+fn rms_norm_matmul(x: &[f32], norm: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
+    let h = x.len();
+    let ms: f64 = x.iter().map(|v| (*v as f64) * (*v as f64)).sum::<f64>() / h as f64;
+    let inv = 1.0 / (ms + eps as f64).sqrt();
+    let n: Vec<f64> = x.iter().zip(norm).map(|(a, g)| *a as f64 * inv * *g as f64).collect();
+    w.chunks_exact(h).map(|row| row.iter().zip(&n).map(|(a, b)| *a as f64 * b).sum::<f64>() as f32).collect()
+}
+
+#[test]
+fn lm_head_graph_executes_through_the_c_abi() {
+    let spec = SynthSpec { vocab: 300, hidden: 48, ..Default::default() };
+    let w = weights(&spec);
+    let (_, _, lm) = graphs(&spec);
+    let bin = context_binary(&spec, &[lm], &w, |n| n == "output_norm.weight" || n == "token_embd.weight");
+    let path = common::tmp("abi").join("lm.bin");
+    std::fs::write(&path, &bin).unwrap();
+
+    let lib = common::emu();
+    let rt = Arc::new(Runtime::new(&lib, &lib, 0).expect("load emulator as backend + system"));
+    assert_eq!(rt.backend().core_api.major, 2);
+    assert!(rt.backend().core_api.minor >= 10);
+    let info = read_binary_info(&rt, &bin, &path).expect("binary info");
+    assert_eq!(info.graphs.len(), 1);
+    let g = &info.graphs[0];
+    assert_eq!(g.name, "tiny_lmhead");
+    assert_eq!(g.inputs[0].dims, vec![48]);
+    assert_eq!(g.outputs[0].dims, vec![300]);
+    assert_eq!(info.soc_model, Some(87));
+
+    let ctx = Context::from_binary(&rt, &bin, &path).expect("context");
+    let graph = ctx.graph(&g.name).expect("graph");
+    let mut b = Binding::new(g);
+    let x: Vec<f32> = (0..48).map(|i| ((i * 7) % 11) as f32 / 5.0 - 1.0).collect();
+    b.input_mut(0).write_f32(0, &x);
+    graph.execute(&mut b).expect("execute");
+    let mut got = vec![0f32; 300];
+    b.output(0).read_f32(0, &mut got);
+
+    let norm = &w.iter().find(|(n, _, _)| n == "output_norm.weight").unwrap().2;
+    let emb = &w.iter().find(|(n, _, _)| n == "token_embd.weight").unwrap().2;
+    let want = rms_norm_matmul(&x, norm, emb, 1e-5);
+    for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+        assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "logit {i}: {a} vs {b}");
+    }
+}
+
+#[test]
+fn execute_rejects_a_wrong_buffer_with_a_graph_error() {
+    let spec = SynthSpec::default();
+    let w = weights(&spec);
+    let (_, _, lm) = graphs(&spec);
+    let bin = context_binary(&spec, &[lm], &w, |n| n == "output_norm.weight" || n == "token_embd.weight");
+    let path = common::tmp("abi-bad").join("lm.bin");
+    std::fs::write(&path, &bin).unwrap();
+    let lib = common::emu();
+    let rt = Arc::new(Runtime::new(&lib, &lib, 0).unwrap());
+    let info = read_binary_info(&rt, &bin, &path).unwrap();
+    let mut g = info.graphs[0].clone();
+    // Claim a wrong shape: the emulator must refuse it with QNN_GRAPH_ERROR_INVALID_TENSOR.
+    g.inputs[0].dims = vec![g.inputs[0].dims[0] * 2];
+    let ctx = Context::from_binary(&rt, &bin, &path).unwrap();
+    let graph = ctx.graph(&g.name).unwrap();
+    let mut b = Binding::new(&g);
+    let e = graph.execute(&mut b).unwrap_err().to_string();
+    assert!(e.contains("6004") && e.contains("tiny_lmhead"), "{e}");
+}
+
+#[test]
+fn garbage_binary_is_a_malformed_binary_error() {
+    let lib = common::emu();
+    let rt = Arc::new(Runtime::new(&lib, &lib, 0).unwrap());
+    let junk: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let p = std::path::Path::new("junk.bin");
+    let e = read_binary_info(&rt, &junk, p).unwrap_err().to_string();
+    assert!(e.contains("30010") && e.contains("junk.bin"), "{e}");
+    let e = Context::from_binary(&rt, &junk, p).err().expect("must fail").to_string();
+    assert!(e.contains("5005") && e.contains("junk.bin"), "{e}");
+}

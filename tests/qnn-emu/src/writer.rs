@@ -1,0 +1,327 @@
+//! Writing emulator bundles from Rust: synthetic models of any shape (deterministic
+//! pseudo-random f32 weights), for tests and host-overhead benchmarks. Real-weight bundles
+//! come from `scripts/make_bundle.py`.
+
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Shape and I/O choices of a synthetic bundle.
+#[derive(Debug, Clone)]
+pub struct SynthSpec {
+    pub name: String,
+    pub arch: String,
+    pub hidden: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub ffn: usize,
+    pub vocab: usize,
+    /// Prefill rows P (None: no prefill graph).
+    pub prefill: Option<usize>,
+    pub ctx: usize,
+    /// I/O dtype name (f32, f16, ufixed16, ...).
+    pub io: String,
+    /// Weights are omitted and the emulator runs in null-compute mode.
+    pub null_compute: bool,
+    pub seed: u64,
+    pub rope_theta: f64,
+    pub eos: u32,
+    /// Head-major KV tensors.
+    pub head_major: bool,
+    /// tokenizer.json to copy into the bundle.
+    pub tokenizer: Option<PathBuf>,
+    pub embed_f16: bool,
+}
+
+impl Default for SynthSpec {
+    fn default() -> Self {
+        SynthSpec {
+            name: "tiny".into(),
+            arch: "llama".into(),
+            hidden: 32,
+            n_layers: 2,
+            n_heads: 4,
+            n_kv_heads: 2,
+            head_dim: 8,
+            ffn: 64,
+            vocab: TINY_VOCAB,
+            prefill: Some(16),
+            ctx: 64,
+            io: "f32".into(),
+            null_compute: false,
+            seed: 1,
+            rope_theta: 10000.0,
+            eos: 257,
+            head_major: false,
+            tokenizer: None,
+            embed_f16: false,
+        }
+    }
+}
+
+/// SplitMix64: a tiny deterministic generator (reproducible weights without a dependency).
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-a, a).
+    pub fn uniform(&mut self, a: f32) -> f32 {
+        let u = (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
+        (u * 2.0 - 1.0) * a
+    }
+}
+
+fn tensor(name: &str, dtype: &str, dims: &[usize]) -> Value {
+    let (scale, offset) = match dtype {
+        // Wide enough for activations of the synthetic models; offset centres zero.
+        "ufixed16" => (1.0 / 1024.0, -32768),
+        "ufixed8" => (1.0 / 8.0, -128),
+        _ => (1.0, 0),
+    };
+    json!({"name": name, "dtype": dtype, "dims": dims, "scale": scale, "offset": offset})
+}
+
+/// Graph headers in the FORMAT.md contract.
+pub fn graphs(s: &SynthSpec) -> (Option<Value>, Value, Value) {
+    let k = s.n_kv_heads * s.head_dim;
+    let kv = |rows: usize| -> Vec<usize> {
+        if s.head_major {
+            vec![s.n_kv_heads, rows, s.head_dim]
+        } else {
+            vec![rows, k]
+        }
+    };
+    let layout = if s.head_major { "head_major" } else { "pos_major" };
+    let io = s.io.as_str();
+    let prefill = s.prefill.map(|p| {
+        let inputs = vec![
+            tensor("x", io, &[p, s.hidden]),
+            tensor("cos", io, &[p, s.head_dim]),
+            tensor("sin", io, &[p, s.head_dim]),
+            tensor("cmask", io, &[p, p]),
+        ];
+        let mut outputs = vec![tensor("y", io, &[p, s.hidden])];
+        for i in 0..s.n_layers {
+            outputs.push(tensor(&format!("new_k_{i}"), io, &kv(p)));
+            outputs.push(tensor(&format!("new_v_{i}"), io, &kv(p)));
+        }
+        json!({"name": format!("{}_prefill", s.name), "kind": "prefill", "seq": p, "ctx": 0,
+               "kv_layout": layout, "inputs": inputs, "outputs": outputs})
+    });
+    let mut inputs = vec![
+        tensor("x", io, &[s.hidden]),
+        tensor("cos", io, &[s.head_dim]),
+        tensor("sin", io, &[s.head_dim]),
+        tensor("cmask", io, &[s.ctx]),
+    ];
+    let mut outputs = vec![tensor("y", io, &[s.hidden])];
+    for i in 0..s.n_layers {
+        inputs.push(tensor(&format!("past_k_{i}"), io, &kv(s.ctx)));
+        inputs.push(tensor(&format!("past_v_{i}"), io, &kv(s.ctx)));
+        outputs.push(tensor(&format!("new_k_{i}"), io, &kv(1)));
+        outputs.push(tensor(&format!("new_v_{i}"), io, &kv(1)));
+    }
+    let decode = json!({"name": format!("{}_decode", s.name), "kind": "decode", "seq": 1, "ctx": s.ctx,
+                        "kv_layout": layout, "inputs": inputs, "outputs": outputs});
+    let lm_io = if io.starts_with('u') || io.starts_with('s') { "f16" } else { io };
+    let lmhead = json!({"name": format!("{}_lmhead", s.name), "kind": "lmhead", "seq": 1, "ctx": 0,
+                        "inputs": [tensor("hidden", lm_io, &[s.hidden])],
+                        "outputs": [tensor("logits", lm_io, &[s.vocab])]});
+    (prefill, decode, lmhead)
+}
+
+/// Deterministic f32 weights for every tensor name the emulator reads.
+pub fn weights(s: &SynthSpec) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+    let mut rng = Rng::new(s.seed);
+    let (h, q, kv, f) = (s.hidden, s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim, s.ffn);
+    let mut out = Vec::new();
+    let mut mat = |name: String, shape: Vec<usize>, scale: f32, rng: &mut Rng| {
+        let n: usize = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| rng.uniform(scale)).collect();
+        out.push((name, shape, v));
+    };
+    let wscale = |fan_in: usize| (3.0 / fan_in as f32).sqrt();
+    mat("token_embd.weight".into(), vec![s.vocab, h], 1.0, &mut rng);
+    for i in 0..s.n_layers {
+        let b = |t: &str| format!("blk.{i}.{t}");
+        mat(b("attn_norm.weight"), vec![h], 0.2, &mut rng);
+        mat(b("attn_q.weight"), vec![q, h], wscale(h), &mut rng);
+        mat(b("attn_k.weight"), vec![kv, h], wscale(h), &mut rng);
+        mat(b("attn_v.weight"), vec![kv, h], wscale(h), &mut rng);
+        if s.arch == "qwen2" {
+            mat(b("attn_q.bias"), vec![q], 0.1, &mut rng);
+            mat(b("attn_k.bias"), vec![kv], 0.1, &mut rng);
+            mat(b("attn_v.bias"), vec![kv], 0.1, &mut rng);
+        }
+        mat(b("attn_output.weight"), vec![h, q], wscale(q), &mut rng);
+        mat(b("ffn_norm.weight"), vec![h], 0.2, &mut rng);
+        mat(b("ffn_gate.weight"), vec![f, h], wscale(h), &mut rng);
+        mat(b("ffn_up.weight"), vec![f, h], wscale(h), &mut rng);
+        mat(b("ffn_down.weight"), vec![h, f], wscale(f), &mut rng);
+    }
+    mat("output_norm.weight".into(), vec![h], 0.2, &mut rng);
+    // Norm weights near 1 keep activations in range.
+    for (name, _, v) in out.iter_mut() {
+        if name.ends_with("norm.weight") {
+            v.iter_mut().for_each(|x| *x += 1.0);
+        }
+    }
+    out
+}
+
+/// Serialise one context binary (FORMAT.md) holding `graphs` and the weights `keep` selects.
+pub fn context_binary(
+    s: &SynthSpec,
+    graphs: &[Value],
+    w: &[(String, Vec<usize>, Vec<f32>)],
+    keep: impl Fn(&str) -> bool,
+) -> Vec<u8> {
+    let mut data: Vec<u8> = Vec::new();
+    let mut entries = Vec::new();
+    if !s.null_compute {
+        for (name, shape, vals) in w.iter().filter(|(n, _, _)| keep(n)) {
+            while data.len() % 64 != 0 {
+                data.push(0);
+            }
+            let off = data.len();
+            for v in vals {
+                data.extend_from_slice(&v.to_le_bytes());
+            }
+            entries.push(json!({"name": name, "enc": "f32", "shape": shape, "offset": off, "nbytes": vals.len() * 4}));
+        }
+    }
+    let header = json!({
+        "model": {"arch": s.arch, "hidden": s.hidden, "n_layers": s.n_layers, "n_heads": s.n_heads,
+                  "n_kv_heads": s.n_kv_heads, "head_dim": s.head_dim, "ffn": s.ffn, "vocab": s.vocab,
+                  "rms_eps": 1e-5},
+        "soc_model": 87, "dsp_arch": "v81", "null_compute": s.null_compute,
+        "graphs": graphs, "weights": entries,
+    });
+    let hb = serde_json::to_vec(&header).expect("json");
+    let mut out = Vec::with_capacity(64 + hb.len() + data.len());
+    out.extend_from_slice(crate::format::MAGIC);
+    out.extend_from_slice(&crate::format::FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&(hb.len() as u32).to_le_bytes());
+    out.extend_from_slice(&hb);
+    while out.len() % 64 != 0 {
+        out.push(0);
+    }
+    out.extend_from_slice(&data);
+    out
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+/// Write a whole bundle (binaries, embed table, tokenizer, manifest) into `dir`; returns
+/// the manifest path.
+pub fn write_bundle(dir: &Path, s: &SynthSpec) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let w = weights(s);
+    let (prefill, decode, lmhead) = graphs(s);
+    let layer = |n: &str| n.starts_with("blk.");
+    let head = |n: &str| n == "output_norm.weight" || n == "token_embd.weight";
+    let name = &s.name;
+    let mut contexts = serde_json::Map::new();
+    if let Some(p) = &prefill {
+        write_atomic(&dir.join(format!("{name}_prefill.bin")), &context_binary(s, &[p.clone()], &w, layer))?;
+        contexts.insert("prefill".into(), json!({"bin": format!("{name}_prefill.bin"), "graph": format!("{name}_prefill")}));
+    }
+    write_atomic(&dir.join(format!("{name}_decode.bin")), &context_binary(s, &[decode], &w, layer))?;
+    write_atomic(&dir.join(format!("{name}_lmhead.bin")), &context_binary(s, &[lmhead], &w, head))?;
+    contexts.insert("decode".into(), json!({"bin": format!("{name}_decode.bin"), "graph": format!("{name}_decode")}));
+    contexts.insert("lmhead".into(), json!({"bin": format!("{name}_lmhead.bin"), "graph": format!("{name}_lmhead")}));
+    let emb = &w[0].2;
+    let (embed_file, embed_dtype, bytes): (String, &str, Vec<u8>) = if s.embed_f16 {
+        (
+            format!("{name}_embed_f16.bin"),
+            "f16",
+            emb.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect(),
+        )
+    } else {
+        (format!("{name}_embed_f32.bin"), "f32", emb.iter().flat_map(|v| v.to_le_bytes()).collect())
+    };
+    write_atomic(&dir.join(&embed_file), &bytes)?;
+    match &s.tokenizer {
+        Some(t) => {
+            std::fs::copy(t, dir.join("tokenizer.json"))?;
+        }
+        None => write_atomic(&dir.join("tokenizer.json"), tiny_tokenizer_json().as_bytes())?,
+    }
+    let manifest = json!({
+        "schema_version": 1,
+        "model": {"name": name, "family": "llm", "arch": s.arch, "dsp_arch": "v81", "soc_model": 87},
+        "params": {"hidden": s.hidden, "vocab": s.vocab, "n_layers": s.n_layers, "n_heads": s.n_heads,
+                   "n_kv_heads": s.n_kv_heads, "head_dim": s.head_dim, "max_ctx": s.ctx,
+                   "rope_theta": s.rope_theta, "bos_token_id": null, "eos_token_id": s.eos},
+        "artifacts": {"contexts": contexts, "embed": {"file": embed_file, "dtype": embed_dtype},
+                      "tokenizer": "tokenizer.json"},
+        "plan": {"op": "llama_generate", "ar": s.prefill.unwrap_or(1)},
+        "source": {"writer": "qnn_emu::writer (synthetic)", "seed": s.seed},
+    });
+    let mpath = dir.join(format!("{name}.json"));
+    write_atomic(&mpath, serde_json::to_string_pretty(&manifest).expect("json").as_bytes())?;
+    Ok(mpath)
+}
+
+/// The GPT-2 byte-to-character map used by byte-level BPE vocabularies.
+fn byte_chars() -> Vec<char> {
+    let mut printable: Vec<u32> = ('!' as u32..='~' as u32).collect();
+    printable.extend('¡' as u32..='¬' as u32);
+    printable.extend('®' as u32..='ÿ' as u32);
+    let mut map = vec!['\0'; 256];
+    let mut extra = 0;
+    for b in 0..256u32 {
+        map[b as usize] = if printable.contains(&b) {
+            char::from_u32(b).unwrap_or('?')
+        } else {
+            extra += 1;
+            char::from_u32(255 + extra).unwrap_or('?')
+        };
+    }
+    map
+}
+
+/// Vocabulary size of [`tiny_tokenizer_json`]: 256 byte tokens, then `<|bos|>`, `<|eos|>`.
+pub const TINY_VOCAB: usize = 258;
+
+/// A byte-level BPE tokenizer with no merges: every UTF-8 byte is one token.
+pub fn tiny_tokenizer_json() -> String {
+    let chars = byte_chars();
+    let vocab: serde_json::Map<String, Value> =
+        chars.iter().enumerate().map(|(i, c)| (c.to_string(), json!(i))).collect();
+    let added = |id: usize, content: &str| {
+        json!({"id": id, "content": content, "single_word": false, "lstrip": false, "rstrip": false,
+               "normalized": false, "special": true})
+    };
+    json!({
+        "version": "1.0",
+        "truncation": null, "padding": null,
+        "added_tokens": [added(256, "<|bos|>"), added(257, "<|eos|>")],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+        "post_processor": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                  "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+                  "ignore_merges": false, "vocab": vocab, "merges": []}
+    })
+    .to_string()
+}
