@@ -194,11 +194,19 @@ impl<'m> Engine<'m> {
     }
 
     /// One prefill execute over `chunk` (at most P tokens) starting at position 0.
-    fn prefill_chunk(&mut self, chunk: &[u32], io: &LayerIo, g: &crate::model::LoadedGraph) -> Result<()> {
+    fn prefill_chunk(
+        &mut self,
+        chunk: &[u32],
+        io: &LayerIo,
+        g: &crate::model::LoadedGraph,
+    ) -> Result<()> {
         let m = self.m;
         let p = &m.manifest.params;
         let (h, rows) = (p.hidden, io.rows);
-        let pre = self.pre.as_mut().expect("prefill binding exists with a prefill graph");
+        let pre = self
+            .pre
+            .as_mut()
+            .expect("prefill binding exists with a prefill graph");
         {
             let mut x = pre.input_mut(io.x);
             for (r, &t) in chunk.iter().enumerate() {
@@ -206,8 +214,10 @@ impl<'m> Engine<'m> {
             }
             x.fill(chunk.len() * h, (rows - chunk.len()) * h, 0.0);
         }
-        pre.input_mut(io.cos).write_f32(0, self.rope.cos_rows(0, rows));
-        pre.input_mut(io.sin).write_f32(0, self.rope.sin_rows(0, rows));
+        pre.input_mut(io.cos)
+            .write_f32(0, self.rope.cos_rows(0, rows));
+        pre.input_mut(io.sin)
+            .write_f32(0, self.rope.sin_rows(0, rows));
         {
             let mut mk = pre.input_mut(io.mask);
             let neg = mk.mask_neg();
@@ -221,12 +231,8 @@ impl<'m> Engine<'m> {
             let (pk, pv) = dio.past[l];
             for (o, i) in [(nk, pk), (nv, pv)] {
                 copy_rows(
-                    &pre.output(o),
-                    &io.new_shape,
-                    0,
-                    &mut self.dec.input_mut(i),
-                    &dshape,
-                    0,
+                    (&pre.output(o), &io.new_shape, 0),
+                    (&mut self.dec.input_mut(i), &dshape, 0),
                     chunk.len(),
                     &mut self.scratch,
                 );
@@ -262,7 +268,12 @@ impl<'m> Engine<'m> {
             for (o, i) in [(nk, pk), (nv, pv)] {
                 bytes += self.dec.desc.outputs[o].bytes();
                 let (src, mut dst) = self.dec.output_and_input_mut(o, i);
-                copy_rows(&src, &io.new_shape, 0, &mut dst, &dshape, p, 1, &mut self.scratch);
+                copy_rows(
+                    (&src, &io.new_shape, 0),
+                    (&mut dst, &dshape, p),
+                    1,
+                    &mut self.scratch,
+                );
             }
         }
         self.dec.input_mut(io.mask).fill(p, 1, 0.0);

@@ -40,7 +40,10 @@ pub enum Error {
     #[error("{0}")]
     Input(String),
 
-    #[error("non-finite values in {what} at step {step} (position {pos}, graph {graph}){}", hint)]
+    #[error(
+        "non-finite values in {what} at step {step} (position {pos}, graph {graph}){}",
+        hint
+    )]
     NonFinite {
         what: &'static str,
         step: usize,

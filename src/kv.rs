@@ -26,7 +26,11 @@ impl KvShape {
     /// Infer the layout from a tensor's dims: [rows, K] (or [1, rows, K]) is position-major,
     /// [n_kv, rows, head_dim] (or with a leading 1) head-major; a bare [K] is one row.
     pub fn from_dims(dims: &[u32], n_kv: usize, head_dim: usize) -> Option<KvShape> {
-        let d: Vec<usize> = dims.iter().map(|&x| x as usize).skip_while(|&x| x == 1).collect();
+        let d: Vec<usize> = dims
+            .iter()
+            .map(|&x| x as usize)
+            .skip_while(|&x| x == 1)
+            .collect();
         let k = n_kv * head_dim;
         let (layout, rows) = match d.as_slice() {
             [] if k == 1 => (KvLayout::PosMajor, 1),
@@ -47,7 +51,11 @@ impl KvShape {
     /// Element ranges (start, len) making up position `row`.
     fn segments(&self, row: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
         let (k, hd) = (self.n_kv * self.head_dim, self.head_dim);
-        let n = if self.layout == KvLayout::PosMajor { 1 } else { self.n_kv };
+        let n = if self.layout == KvLayout::PosMajor {
+            1
+        } else {
+            self.n_kv
+        };
         (0..n).map(move |g| match self.layout {
             KvLayout::PosMajor => (row * k, k),
             KvLayout::HeadMajor => ((g * self.rows + row) * hd, hd),
@@ -58,20 +66,20 @@ impl KvShape {
 /// Copy positions `src_row0..src_row0+n` of `src` into `dst_row0..` of `dst`, converting
 /// through f32 (`scratch`, head_dim or K floats) when the element types differ.
 pub fn copy_rows(
-    src: &Typed<'_>,
-    ss: &KvShape,
-    src_row0: usize,
-    dst: &mut TypedMut<'_>,
-    ds: &KvShape,
-    dst_row0: usize,
+    (src, ss, src_row0): (&Typed<'_>, &KvShape, usize),
+    (dst, ds, dst_row0): (&mut TypedMut<'_>, &KvShape, usize),
     n: usize,
     scratch: &mut Vec<f32>,
 ) {
     for r in 0..n {
         for ((so, len), (do_, _)) in ss.segments(src_row0 + r).zip(ds.segments(dst_row0 + r)) {
             match (src, &mut *dst) {
-                (Typed::F32(s), TypedMut::F32(d)) => d[do_..do_ + len].copy_from_slice(&s[so..so + len]),
-                (Typed::F16(s), TypedMut::F16(d)) => d[do_..do_ + len].copy_from_slice(&s[so..so + len]),
+                (Typed::F32(s), TypedMut::F32(d)) => {
+                    d[do_..do_ + len].copy_from_slice(&s[so..so + len])
+                }
+                (Typed::F16(s), TypedMut::F16(d)) => {
+                    d[do_..do_ + len].copy_from_slice(&s[so..so + len])
+                }
                 (Typed::U16(s, qs), TypedMut::U16(d, qd)) if qs == qd => {
                     d[do_..do_ + len].copy_from_slice(&s[so..so + len])
                 }
@@ -111,7 +119,12 @@ mod tests {
         let mut dst = vec![half::f16::ZERO; 12];
         let ds = KvShape::from_dims(&[2, 3, 2], 2, 2).unwrap();
         let mut scratch = Vec::new();
-        copy_rows(&Typed::F32(&src), &ss, 0, &mut TypedMut::F16(&mut dst), &ds, 1, 2, &mut scratch);
+        copy_rows(
+            (&Typed::F32(&src), &ss, 0),
+            (&mut TypedMut::F16(&mut dst), &ds, 1),
+            2,
+            &mut scratch,
+        );
         let got: Vec<f32> = dst.iter().map(|v| v.to_f32()).collect();
         // head 0: rows 1,2 = [0,1],[4,5]; head 1: rows 1,2 = [2,3],[6,7]
         assert_eq!(got, vec![0., 0., 0., 1., 4., 5., 0., 0., 2., 3., 6., 7.]);

@@ -192,7 +192,11 @@ impl Manifest {
         let arch = match raw.model.arch.as_str() {
             "llama" => Arch::Llama,
             "qwen2" => Arch::Qwen2,
-            other => return Err(err(format!("model.arch: {other:?} is not one of \"llama\", \"qwen2\""))),
+            other => {
+                return Err(err(format!(
+                    "model.arch: {other:?} is not one of \"llama\", \"qwen2\""
+                )))
+            }
         };
         let p = &raw.params;
         for (name, v) in [
@@ -215,10 +219,16 @@ impl Manifest {
             )));
         }
         if p.head_dim % 2 != 0 {
-            return Err(err(format!("params.head_dim: {} must be even for RoPE", p.head_dim)));
+            return Err(err(format!(
+                "params.head_dim: {} must be even for RoPE",
+                p.head_dim
+            )));
         }
         if !(p.rope_theta.is_finite() && p.rope_theta > 0.0) {
-            return Err(err(format!("params.rope_theta: {} must be a positive number", p.rope_theta)));
+            return Err(err(format!(
+                "params.rope_theta: {} must be a positive number",
+                p.rope_theta
+            )));
         }
         if let Some(s) = &p.rope_scaling {
             if s.rope_type != "llama3" {
@@ -241,12 +251,18 @@ impl Manifest {
         };
         for &e in &eos {
             if e as usize >= p.vocab {
-                return Err(err(format!("params.eos_token_id: {e} is outside the vocabulary ({})", p.vocab)));
+                return Err(err(format!(
+                    "params.eos_token_id: {e} is outside the vocabulary ({})",
+                    p.vocab
+                )));
             }
         }
         if let Some(b) = p.bos_token_id {
             if b as usize >= p.vocab {
-                return Err(err(format!("params.bos_token_id: {b} is outside the vocabulary ({})", p.vocab)));
+                return Err(err(format!(
+                    "params.bos_token_id: {b} is outside the vocabulary ({})",
+                    p.vocab
+                )));
             }
         }
         let resolve = |name: &str, field: &str| -> Result<PathBuf> {
@@ -333,7 +349,10 @@ mod tests {
     fn missing_field_names_its_json_path() {
         let bad = GOOD.replace(r#""hidden":8,"#, "");
         let e = parse(&bad).unwrap_err().to_string();
-        assert!(e.contains("m.json") && e.contains("params") && e.contains("hidden"), "{e}");
+        assert!(
+            e.contains("m.json") && e.contains("params") && e.contains("hidden"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -346,12 +365,24 @@ mod tests {
     #[test]
     fn rejects_bad_values() {
         for (from, to, needle) in [
-            (r#""schema_version":1"#, r#""schema_version":2"#, "schema_version"),
+            (
+                r#""schema_version":1"#,
+                r#""schema_version":2"#,
+                "schema_version",
+            ),
             (r#""n_kv_heads":1"#, r#""n_kv_heads":0"#, "n_kv_heads"),
             (r#""head_dim":4"#, r#""head_dim":3"#, "head_dim"),
             (r#""arch":"llama""#, r#""arch":"gpt""#, "model.arch"),
-            (r#""eos_token_id":[2,3]"#, r#""eos_token_id":99"#, "eos_token_id"),
-            (r#""rope_theta":10000.0"#, r#""rope_theta":-1"#, "rope_theta"),
+            (
+                r#""eos_token_id":[2,3]"#,
+                r#""eos_token_id":99"#,
+                "eos_token_id",
+            ),
+            (
+                r#""rope_theta":10000.0"#,
+                r#""rope_theta":-1"#,
+                "rope_theta",
+            ),
         ] {
             let e = parse(&GOOD.replace(from, to)).unwrap_err().to_string();
             assert!(e.contains(needle), "{from} -> {e}");

@@ -63,12 +63,25 @@ fn role_words(role: &str) -> &'static [&'static str] {
 /// Choose the graph for `role` from a binary: by manifest name, else the only graph, else
 /// the one whose name contains a role word.
 fn pick_graph<'a>(info: &'a BinaryInfo, r: &GraphRef, role: &str) -> Result<&'a GraphDesc> {
-    let names = || info.graphs.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(", ");
+    let names = || {
+        info.graphs
+            .iter()
+            .map(|g| g.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     if let Some(want) = &r.graph {
-        return info.graphs.iter().find(|g| &g.name == want).ok_or_else(|| Error::File {
-            path: r.bin.clone(),
-            msg: format!("no graph named {want:?} for {role} (the binary has: {})", names()),
-        });
+        return info
+            .graphs
+            .iter()
+            .find(|g| &g.name == want)
+            .ok_or_else(|| Error::File {
+                path: r.bin.clone(),
+                msg: format!(
+                    "no graph named {want:?} for {role} (the binary has: {})",
+                    names()
+                ),
+            });
     }
     if info.graphs.len() == 1 {
         return Ok(&info.graphs[0]);
@@ -93,7 +106,12 @@ fn pick_graph<'a>(info: &'a BinaryInfo, r: &GraphRef, role: &str) -> Result<&'a 
     }
 }
 
-fn find<'a>(list: &'a [TensorDesc], name: &str, graph: &str, what: &str) -> Result<(usize, &'a TensorDesc)> {
+fn find<'a>(
+    list: &'a [TensorDesc],
+    name: &str,
+    graph: &str,
+    what: &str,
+) -> Result<(usize, &'a TensorDesc)> {
     list.iter()
         .enumerate()
         .find(|(_, t)| t.name == name)
@@ -102,7 +120,10 @@ fn find<'a>(list: &'a [TensorDesc], name: &str, graph: &str, what: &str) -> Resu
                 graph,
                 format!(
                     "has no {what} tensor named {name:?} (it has: {})",
-                    list.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
+                    list.iter()
+                        .map(|t| t.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             )
         })
@@ -118,11 +139,21 @@ fn check_dtypes(g: &GraphDesc) -> Result<()> {
         if !qnn::buffer_dtype_supported(t.dtype) {
             return Err(Error::graph(
                 &g.name,
-                format!("tensor {} has dtype {}, which qhx cannot read or write", t.describe(), qnn_sys::dtype::name(t.dtype)),
+                format!(
+                    "tensor {} has dtype {}, which qhx cannot read or write",
+                    t.describe(),
+                    qnn_sys::dtype::name(t.dtype)
+                ),
             ));
         }
         if t.bytes() > u32::MAX as usize {
-            return Err(Error::graph(&g.name, format!("tensor {} exceeds the 4 GiB client-buffer limit", t.describe())));
+            return Err(Error::graph(
+                &g.name,
+                format!(
+                    "tensor {} exceeds the 4 GiB client-buffer limit",
+                    t.describe()
+                ),
+            ));
         }
     }
     Ok(())
@@ -136,22 +167,40 @@ fn layer_io(m: &Manifest, g: &GraphDesc, decode: bool) -> Result<LayerIo> {
     let (x, xt) = find(&g.inputs, "x", gn, "input")?;
     let rows = elems_of(xt) / h;
     if rows == 0 || elems_of(xt) != rows * h {
-        return Err(Error::graph(gn, format!("input {} is not a whole number of hidden={h} rows", xt.describe())));
+        return Err(Error::graph(
+            gn,
+            format!(
+                "input {} is not a whole number of hidden={h} rows",
+                xt.describe()
+            ),
+        ));
     }
     if decode && rows != 1 {
-        return Err(Error::graph(gn, format!("decode input {} must hold one row of hidden={h}", xt.describe())));
+        return Err(Error::graph(
+            gn,
+            format!(
+                "decode input {} must hold one row of hidden={h}",
+                xt.describe()
+            ),
+        ));
     }
     let (cos, ct) = find(&g.inputs, "cos", gn, "input")?;
     let (sin, st) = find(&g.inputs, "sin", gn, "input")?;
     for t in [ct, st] {
         if elems_of(t) != rows * hd {
-            return Err(Error::graph(gn, format!("input {} should be {rows} x head_dim={hd}", t.describe())));
+            return Err(Error::graph(
+                gn,
+                format!("input {} should be {rows} x head_dim={hd}", t.describe()),
+            ));
         }
     }
     let (mask, mt) = find(&g.inputs, "cmask", gn, "input")?;
     let (y, yt) = find(&g.outputs, "y", gn, "output")?;
     if elems_of(yt) != rows * h {
-        return Err(Error::graph(gn, format!("output {} should be {rows} x hidden={h}", yt.describe())));
+        return Err(Error::graph(
+            gn,
+            format!("output {} should be {rows} x hidden={h}", yt.describe()),
+        ));
     }
     let mut past = Vec::new();
     let mut new = Vec::new();
@@ -163,7 +212,12 @@ fn layer_io(m: &Manifest, g: &GraphDesc, decode: bool) -> Result<LayerIo> {
         for t in [nkt, nvt] {
             let s = KvShape::from_dims(&t.dims, p.n_kv_heads, hd)
                 .filter(|s| s.rows == rows)
-                .ok_or_else(|| Error::graph(gn, format!("output {} should hold {rows} rows of K={k}", t.describe())))?;
+                .ok_or_else(|| {
+                    Error::graph(
+                        gn,
+                        format!("output {} should hold {rows} rows of K={k}", t.describe()),
+                    )
+                })?;
             new_shape = Some(s);
         }
         new.push((nk, nv));
@@ -174,11 +228,26 @@ fn layer_io(m: &Manifest, g: &GraphDesc, decode: bool) -> Result<LayerIo> {
             for t in [pkt, pvt] {
                 let s = KvShape::from_dims(&t.dims, p.n_kv_heads, hd)
                     .filter(|s| s.rows > 0)
-                    .ok_or_else(|| Error::graph(gn, format!("input {} should be [C, K={k}] or [n_kv, C, head_dim]", t.describe())))?;
+                    .ok_or_else(|| {
+                        Error::graph(
+                            gn,
+                            format!(
+                                "input {} should be [C, K={k}] or [n_kv, C, head_dim]",
+                                t.describe()
+                            ),
+                        )
+                    })?;
                 if let Some(prev) = past_shape {
                     let prev: KvShape = prev;
                     if prev.rows != s.rows {
-                        return Err(Error::graph(gn, format!("input {} disagrees on the cache length C={}", t.describe(), prev.rows)));
+                        return Err(Error::graph(
+                            gn,
+                            format!(
+                                "input {} disagrees on the cache length C={}",
+                                t.describe(),
+                                prev.rows
+                            ),
+                        ));
                     }
                 }
                 past_shape = Some(s);
@@ -195,7 +264,10 @@ fn layer_io(m: &Manifest, g: &GraphDesc, decode: bool) -> Result<LayerIo> {
         rows * rows
     };
     if elems_of(mt) != want_mask {
-        return Err(Error::graph(gn, format!("input {} should have {want_mask} elements", mt.describe())));
+        return Err(Error::graph(
+            gn,
+            format!("input {} should have {want_mask} elements", mt.describe()),
+        ));
     }
     Ok(LayerIo {
         x,
@@ -224,7 +296,9 @@ impl Model {
             if !p.is_file() {
                 return Err(Error::File {
                     path: p.clone(),
-                    msg: format!("{what} not found (artifact paths resolve against the artifacts root)"),
+                    msg: format!(
+                        "{what} not found (artifact paths resolve against the artifacts root)"
+                    ),
                 });
             }
         }
@@ -292,28 +366,51 @@ impl Model {
         {
             let d = &lmhead.desc;
             if d.inputs.len() != 1 || d.outputs.len() != 1 {
-                return Err(Error::graph(&d.name, format!(
-                    "an lm-head graph has one input and one output, this one has {} and {}",
-                    d.inputs.len(),
-                    d.outputs.len()
-                )));
+                return Err(Error::graph(
+                    &d.name,
+                    format!(
+                        "an lm-head graph has one input and one output, this one has {} and {}",
+                        d.inputs.len(),
+                        d.outputs.len()
+                    ),
+                ));
             }
             if d.inputs[0].elems() != m.params.hidden {
-                return Err(Error::graph(&d.name, format!("input {} should hold hidden={}", d.inputs[0].describe(), m.params.hidden)));
+                return Err(Error::graph(
+                    &d.name,
+                    format!(
+                        "input {} should hold hidden={}",
+                        d.inputs[0].describe(),
+                        m.params.hidden
+                    ),
+                ));
             }
             if d.outputs[0].elems() != m.params.vocab {
-                return Err(Error::graph(&d.name, format!("output {} should hold vocab={}", d.outputs[0].describe(), m.params.vocab)));
+                return Err(Error::graph(
+                    &d.name,
+                    format!(
+                        "output {} should hold vocab={}",
+                        d.outputs[0].describe(),
+                        m.params.vocab
+                    ),
+                ));
             }
         }
         if let Some((pg, pio)) = &prefill {
             if pio.new_shape.rows != pio.rows {
-                return Err(Error::graph(&pg.desc.name, "new_k/new_v rows disagree with x"));
+                return Err(Error::graph(
+                    &pg.desc.name,
+                    "new_k/new_v rows disagree with x",
+                ));
             }
             if pio.ctx > 0 && pio.ctx != dio.ctx {
-                return Err(Error::graph(&pg.desc.name, format!(
-                    "past inputs hold {} positions but the decode cache holds {}",
-                    pio.ctx, dio.ctx
-                )));
+                return Err(Error::graph(
+                    &pg.desc.name,
+                    format!(
+                        "past inputs hold {} positions but the decode cache holds {}",
+                        pio.ctx, dio.ctx
+                    ),
+                ));
             }
         }
         let max_ctx = m.params.max_ctx.min(dio.ctx);

@@ -25,7 +25,11 @@ impl Stats {
         let dec = self.generated_tokens.saturating_sub(1);
         self.prefill_tok_s = rate(self.prompt_tokens, self.prefill_ms);
         self.decode_tok_s = rate(dec, self.decode_ms);
-        self.ms_per_tok = if dec > 0 { self.decode_ms / dec as f64 } else { 0.0 };
+        self.ms_per_tok = if dec > 0 {
+            self.decode_ms / dec as f64
+        } else {
+            0.0
+        };
     }
 
     pub fn line(&self) -> String {

@@ -41,7 +41,10 @@ impl Tokenizer {
     /// Encode with the tokenizer's own special-token handling (its post-processor may add
     /// BOS); then prepend `bos` when given and not already first.
     pub fn encode(&self, text: &str, bos: Option<u32>) -> Result<Vec<u32>> {
-        let enc = self.inner.encode(text, true).map_err(|e| self.err("encode", e))?;
+        let enc = self
+            .inner
+            .encode(text, true)
+            .map_err(|e| self.err("encode", e))?;
         let mut ids = enc.get_ids().to_vec();
         if let Some(b) = bos {
             if ids.first() != Some(&b) {
@@ -52,11 +55,15 @@ impl Tokenizer {
     }
 
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
-        self.inner.decode(ids, false).map_err(|e| self.err("decode", e))
+        self.inner
+            .decode(ids, false)
+            .map_err(|e| self.err("decode", e))
     }
 
     pub fn token_to_piece(&self, id: u32) -> String {
-        self.inner.id_to_token(id).unwrap_or_else(|| format!("<{id}>"))
+        self.inner
+            .id_to_token(id)
+            .unwrap_or_else(|| format!("<{id}>"))
     }
 
     pub fn token_id(&self, token: &str) -> Option<u32> {

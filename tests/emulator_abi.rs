@@ -11,16 +11,28 @@ fn rms_norm_matmul(x: &[f32], norm: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     let h = x.len();
     let ms: f64 = x.iter().map(|v| (*v as f64) * (*v as f64)).sum::<f64>() / h as f64;
     let inv = 1.0 / (ms + eps as f64).sqrt();
-    let n: Vec<f64> = x.iter().zip(norm).map(|(a, g)| *a as f64 * inv * *g as f64).collect();
-    w.chunks_exact(h).map(|row| row.iter().zip(&n).map(|(a, b)| *a as f64 * b).sum::<f64>() as f32).collect()
+    let n: Vec<f64> = x
+        .iter()
+        .zip(norm)
+        .map(|(a, g)| *a as f64 * inv * *g as f64)
+        .collect();
+    w.chunks_exact(h)
+        .map(|row| row.iter().zip(&n).map(|(a, b)| *a as f64 * b).sum::<f64>() as f32)
+        .collect()
 }
 
 #[test]
 fn lm_head_graph_executes_through_the_c_abi() {
-    let spec = SynthSpec { vocab: 300, hidden: 48, ..Default::default() };
+    let spec = SynthSpec {
+        vocab: 300,
+        hidden: 48,
+        ..Default::default()
+    };
     let w = weights(&spec);
     let (_, _, lm) = graphs(&spec);
-    let bin = context_binary(&spec, &[lm], &w, |n| n == "output_norm.weight" || n == "token_embd.weight");
+    let bin = context_binary(&spec, &[lm], &w, |n| {
+        n == "output_norm.weight" || n == "output.weight"
+    });
     let path = common::tmp("abi").join("lm.bin");
     std::fs::write(&path, &bin).unwrap();
 
@@ -45,11 +57,18 @@ fn lm_head_graph_executes_through_the_c_abi() {
     let mut got = vec![0f32; 300];
     b.output(0).read_f32(0, &mut got);
 
-    let norm = &w.iter().find(|(n, _, _)| n == "output_norm.weight").unwrap().2;
-    let emb = &w.iter().find(|(n, _, _)| n == "token_embd.weight").unwrap().2;
-    let want = rms_norm_matmul(&x, norm, emb, 1e-5);
+    let norm = &w
+        .iter()
+        .find(|(n, _, _)| n == "output_norm.weight")
+        .unwrap()
+        .2;
+    let head = &w.iter().find(|(n, _, _)| n == "output.weight").unwrap().2;
+    let want = rms_norm_matmul(&x, norm, head, 1e-5);
     for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-        assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "logit {i}: {a} vs {b}");
+        assert!(
+            (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+            "logit {i}: {a} vs {b}"
+        );
     }
 }
 
@@ -58,7 +77,9 @@ fn execute_rejects_a_wrong_buffer_with_a_graph_error() {
     let spec = SynthSpec::default();
     let w = weights(&spec);
     let (_, _, lm) = graphs(&spec);
-    let bin = context_binary(&spec, &[lm], &w, |n| n == "output_norm.weight" || n == "token_embd.weight");
+    let bin = context_binary(&spec, &[lm], &w, |n| {
+        n == "output_norm.weight" || n == "token_embd.weight"
+    });
     let path = common::tmp("abi-bad").join("lm.bin");
     std::fs::write(&path, &bin).unwrap();
     let lib = common::emu();
@@ -78,10 +99,15 @@ fn execute_rejects_a_wrong_buffer_with_a_graph_error() {
 fn garbage_binary_is_a_malformed_binary_error() {
     let lib = common::emu();
     let rt = Arc::new(Runtime::new(&lib, &lib, 0).unwrap());
-    let junk: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let junk: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
     let p = std::path::Path::new("junk.bin");
     let e = read_binary_info(&rt, &junk, p).unwrap_err().to_string();
     assert!(e.contains("30010") && e.contains("junk.bin"), "{e}");
-    let e = Context::from_binary(&rt, &junk, p).err().expect("must fail").to_string();
+    let e = Context::from_binary(&rt, &junk, p)
+        .err()
+        .expect("must fail")
+        .to_string();
     assert!(e.contains("5005") && e.contains("junk.bin"), "{e}");
 }

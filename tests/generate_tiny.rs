@@ -8,7 +8,12 @@ use qnn_emu::writer::SynthSpec;
 fn run_json(spec: &SynthSpec, tag: &str, n: &str, prompt: &str) -> serde_json::Value {
     let (dir, m) = bundle(tag, spec);
     let o = generate(&m, &dir, n, prompt, &["--json"], &[]);
-    assert!(o.status.success(), "exit {:?}: {}", o.status.code(), stderr(&o));
+    assert!(
+        o.status.success(),
+        "exit {:?}: {}",
+        o.status.code(),
+        stderr(&o)
+    );
     json(&o)
 }
 
@@ -18,7 +23,15 @@ fn prefill_and_decode_over_prompt_agree() {
     // give the same continuation: the cache seeding, masks and RoPE rows line up.
     let prompt = "hello there, tiny model";
     let a = run_json(&SynthSpec::default(), "agree-prefill", "12", prompt);
-    let b = run_json(&SynthSpec { prefill: None, ..Default::default() }, "agree-decode", "12", prompt);
+    let b = run_json(
+        &SynthSpec {
+            prefill: None,
+            ..Default::default()
+        },
+        "agree-decode",
+        "12",
+        prompt,
+    );
     assert_eq!(ids(&a, "input_ids"), ids(&b, "input_ids"));
     assert_eq!(ids(&a, "output_ids"), ids(&b, "output_ids"));
     assert_eq!(ids(&a, "output_ids").len(), 12);
@@ -29,8 +42,24 @@ fn prefill_and_decode_over_prompt_agree() {
 fn prompt_longer_than_the_prefill_window_continues_through_decode() {
     // P = 4 rows, prompt of 23 byte tokens: 4 via prefill, 19 via decode-over-prompt.
     let prompt = "a prompt longer than P";
-    let a = run_json(&SynthSpec { prefill: Some(4), ..Default::default() }, "long-p4", "6", prompt);
-    let b = run_json(&SynthSpec { prefill: None, ..Default::default() }, "long-none", "6", prompt);
+    let a = run_json(
+        &SynthSpec {
+            prefill: Some(4),
+            ..Default::default()
+        },
+        "long-p4",
+        "6",
+        prompt,
+    );
+    let b = run_json(
+        &SynthSpec {
+            prefill: None,
+            ..Default::default()
+        },
+        "long-none",
+        "6",
+        prompt,
+    );
     assert_eq!(ids(&a, "input_ids").len(), prompt.len());
     assert_eq!(ids(&a, "output_ids"), ids(&b, "output_ids"));
 }
@@ -39,7 +68,15 @@ fn prompt_longer_than_the_prefill_window_continues_through_decode() {
 fn head_major_kv_layout_matches_position_major() {
     let prompt = "layouts";
     let a = run_json(&SynthSpec::default(), "kv-pos", "10", prompt);
-    let b = run_json(&SynthSpec { head_major: true, ..Default::default() }, "kv-head", "10", prompt);
+    let b = run_json(
+        &SynthSpec {
+            head_major: true,
+            ..Default::default()
+        },
+        "kv-head",
+        "10",
+        prompt,
+    );
     assert_eq!(ids(&a, "output_ids"), ids(&b, "output_ids"));
 }
 
@@ -47,7 +84,16 @@ fn head_major_kv_layout_matches_position_major() {
 fn f16_io_and_f16_embeddings_run_and_mostly_agree_with_f32() {
     let prompt = "precision";
     let a = run_json(&SynthSpec::default(), "io-f32", "8", prompt);
-    let b = run_json(&SynthSpec { io: "f16".into(), embed_f16: true, ..Default::default() }, "io-f16", "8", prompt);
+    let b = run_json(
+        &SynthSpec {
+            io: "f16".into(),
+            embed_f16: true,
+            ..Default::default()
+        },
+        "io-f16",
+        "8",
+        prompt,
+    );
     let (x, y) = (ids(&a, "output_ids"), ids(&b, "output_ids"));
     assert_eq!(y.len(), 8);
     assert_eq!(x[0], y[0], "first token must survive f16 rounding");
@@ -61,7 +107,15 @@ fn streams_text_to_stdout_and_stats_to_stderr() {
     let err = stderr(&o);
     let stats: Vec<&str> = err.lines().filter(|l| l.starts_with("prompt=")).collect();
     assert_eq!(stats.len(), 1, "{err}");
-    for key in ["generated=5", "load_ms=", "prefill_ms=", "ttft_ms=", "decode_ms=", "decode_tok_s=", "ms_per_tok="] {
+    for key in [
+        "generated=5",
+        "load_ms=",
+        "prefill_ms=",
+        "ttft_ms=",
+        "decode_ms=",
+        "decode_tok_s=",
+        "ms_per_tok=",
+    ] {
         assert!(stats[0].contains(key), "{key} missing in {}", stats[0]);
     }
     // stdout is the generated text plus one newline, and equals the JSON text.
@@ -76,7 +130,10 @@ fn eos_ends_the_run_with_finish_reason_eos() {
     // Find the token this tiny model produces first, then declare it the EOS id.
     let spec = SynthSpec::default();
     let first = ids(&run_json(&spec, "eos-probe", "1", "x"), "output_ids")[0] as u32;
-    let spec = SynthSpec { eos: first, ..Default::default() };
+    let spec = SynthSpec {
+        eos: first,
+        ..Default::default()
+    };
     let v = run_json(&spec, "eos", "10", "x");
     assert_eq!(v["finish_reason"], "eos");
     assert_eq!(ids(&v, "output_ids"), vec![first as u64]);
@@ -84,7 +141,11 @@ fn eos_ends_the_run_with_finish_reason_eos() {
 
 #[test]
 fn n_tokens_beyond_the_context_is_clamped_to_ctx_full() {
-    let spec = SynthSpec { ctx: 16, prefill: Some(8), ..Default::default() };
+    let spec = SynthSpec {
+        ctx: 16,
+        prefill: Some(8),
+        ..Default::default()
+    };
     let (dir, m) = bundle("clamp", &spec);
     let o = generate(&m, &dir, "100", "abcd", &["--json"], &[]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -98,14 +159,30 @@ fn n_tokens_beyond_the_context_is_clamped_to_ctx_full() {
 fn emulator_handles_are_all_freed_in_order() {
     let (dir, m) = bundle("trace", &SynthSpec::default());
     let trace = dir.join("trace.json");
-    let o = generate(&m, &dir, "3", "free", &[], &[("QNN_EMU_TRACE", trace.to_str().unwrap())]);
+    let o = generate(
+        &m,
+        &dir,
+        "3",
+        "free",
+        &[],
+        &[("QNN_EMU_TRACE", trace.to_str().unwrap())],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
     for (k, v) in t["live"].as_object().unwrap() {
         assert_eq!(v, 0, "{k} handles left live: {t}");
     }
-    let ev: Vec<&str> = t["events"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
-    let pos = |s: &str| ev.iter().rposition(|e| *e == s).unwrap_or_else(|| panic!("no {s} in {ev:?}"));
+    let ev: Vec<&str> = t["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    let pos = |s: &str| {
+        ev.iter()
+            .rposition(|e| *e == s)
+            .unwrap_or_else(|| panic!("no {s} in {ev:?}"))
+    };
     assert!(pos("free context") < pos("free device"));
     assert!(pos("free device") < pos("free backend"));
     assert!(pos("free backend") < pos("free log"));

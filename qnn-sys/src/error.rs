@@ -129,7 +129,7 @@ pub fn error_name(code: u16) -> &'static str {
         3000..=3999 => "QNN_OP_PACKAGE_ERROR",
         4001..=4999 => "QNN_BACKEND_ERROR (unknown code)",
         5015..=5999 => "QNN_CONTEXT_ERROR (unknown code)",
-        6001..=6999 => "QNN_GRAPH_ERROR (unknown code)",
+        6040..=6999 => "QNN_GRAPH_ERROR (unknown code)",
         7000..=7999 => "QNN_TENSOR_ERROR (unknown code)",
         8006..=8999 => "QNN_MEM_ERROR (unknown code)",
         9000..=9999 => "QNN_SIGNAL_ERROR",

@@ -53,7 +53,8 @@ pub type LogCreateFn = unsafe extern "C" fn(
     max_level: u32,
     logger: *mut QnnLogHandle,
 ) -> QnnErrorHandle;
-pub type LogSetLogLevelFn = unsafe extern "C" fn(logger: QnnLogHandle, level: u32) -> QnnErrorHandle;
+pub type LogSetLogLevelFn =
+    unsafe extern "C" fn(logger: QnnLogHandle, level: u32) -> QnnErrorHandle;
 pub type LogFreeFn = unsafe extern "C" fn(logger: QnnLogHandle) -> QnnErrorHandle;
 pub type MemRegisterFn = unsafe extern "C" fn(
     context: QnnContextHandle,
@@ -72,7 +73,8 @@ pub type DeviceFreePlatformInfoFn = unsafe extern "C" fn(
     info: *const QnnDevicePlatformInfo,
 ) -> QnnErrorHandle;
 /// `QnnDevice_Infrastructure_t` is itself a pointer typedef, so the out-param is `void**`.
-pub type DeviceGetInfrastructureFn = unsafe extern "C" fn(infra: *mut *mut c_void) -> QnnErrorHandle;
+pub type DeviceGetInfrastructureFn =
+    unsafe extern "C" fn(infra: *mut *mut c_void) -> QnnErrorHandle;
 pub type DeviceCreateFn = unsafe extern "C" fn(
     logger: QnnLogHandle,
     config: *const *const QnnDeviceConfig,
@@ -186,7 +188,11 @@ pub const ENTRY_MIN_MINOR: [u32; INTERFACE_TABLE_LEN] = {
 };
 
 /// Oldest core API this crate will drive (the table layout changed before 2.10).
-pub const MIN_CORE_API: QnnVersion = QnnVersion { major: 2, minor: 10, patch: 0 };
+pub const MIN_CORE_API: QnnVersion = QnnVersion {
+    major: 2,
+    minor: 10,
+    patch: 0,
+};
 
 /// `QnnInterface_t`: provider header followed by the inline table.
 #[repr(C)]

@@ -14,81 +14,295 @@ macro_rules! assert_layout {
     };
 }
 
-assert_layout!(QnnVersion, size = 12, align = 4, major = 0, minor = 4, patch = 8);
+assert_layout!(
+    QnnVersion,
+    size = 12,
+    align = 4,
+    major = 0,
+    minor = 4,
+    patch = 8
+);
 assert_layout!(QnnApiVersion, size = 24, align = 4, core = 0, backend = 12);
 assert_layout!(QnnScaleOffset, size = 8, align = 4, scale = 0, offset = 4);
-assert_layout!(QnnAxisScaleOffset, size = 16, align = 8, axis = 0, num_scale_offsets = 4, scale_offset = 8);
-assert_layout!(QnnBwAxisScaleOffset, size = 32, align = 8, bitwidth = 0, axis = 4, num_elements = 8, scales = 16, offsets = 24);
-assert_layout!(QnnQuantizeEncodingUnion, size = 32, align = 8);
-assert_layout!(QnnQuantizeParams, size = 40, align = 8, encoding_definition = 0, quantization_encoding = 4, encoding = 8);
-assert_layout!(QnnClientBuffer, size = 16, align = 8, data = 0, data_size = 8);
-assert_layout!(QnnTensorMem, size = 16, align = 8);
 assert_layout!(
-    QnnTensorV1, size = 112, align = 8,
-    id = 0, name = 8, tensor_type = 16, data_format = 20, data_type = 24,
-    quantize_params = 32, rank = 72, dimensions = 80, mem_type = 88, mem = 96,
+    QnnAxisScaleOffset,
+    size = 16,
+    align = 8,
+    axis = 0,
+    num_scale_offsets = 4,
+    scale_offset = 8
 );
 assert_layout!(
-    QnnTensorV2, size = 136, align = 8,
-    id = 0, name = 8, tensor_type = 16, data_format = 20, data_type = 24,
-    quantize_params = 32, rank = 72, dimensions = 80, mem_type = 88, mem = 96,
-    is_dynamic_dimensions = 112, sparse_params = 120, is_produced = 132,
+    QnnBwAxisScaleOffset,
+    size = 32,
+    align = 8,
+    bitwidth = 0,
+    axis = 4,
+    num_elements = 8,
+    scales = 16,
+    offsets = 24
+);
+assert_layout!(QnnQuantizeEncodingUnion, size = 32, align = 8);
+assert_layout!(
+    QnnQuantizeParams,
+    size = 40,
+    align = 8,
+    encoding_definition = 0,
+    quantization_encoding = 4,
+    encoding = 8
+);
+assert_layout!(
+    QnnClientBuffer,
+    size = 16,
+    align = 8,
+    data = 0,
+    data_size = 8
+);
+assert_layout!(QnnTensorMem, size = 16, align = 8);
+assert_layout!(
+    QnnTensorV1,
+    size = 112,
+    align = 8,
+    id = 0,
+    name = 8,
+    tensor_type = 16,
+    data_format = 20,
+    data_type = 24,
+    quantize_params = 32,
+    rank = 72,
+    dimensions = 80,
+    mem_type = 88,
+    mem = 96,
+);
+assert_layout!(
+    QnnTensorV2,
+    size = 136,
+    align = 8,
+    id = 0,
+    name = 8,
+    tensor_type = 16,
+    data_format = 20,
+    data_type = 24,
+    quantize_params = 32,
+    rank = 72,
+    dimensions = 80,
+    mem_type = 88,
+    mem = 96,
+    is_dynamic_dimensions = 112,
+    sparse_params = 120,
+    is_produced = 132,
 );
 assert_layout!(QnnSparseParams, size = 12, align = 4);
 assert_layout!(QnnTensor, size = 144, align = 8, version = 0, u = 8);
-assert_layout!(QnnMemShape, size = 24, align = 8, num_dim = 0, dim_size = 8, shape_config = 16);
-assert_layout!(QnnMemDescriptor, size = 48, align = 8, mem_shape = 0, data_type = 24, mem_type = 28, info = 32);
-assert_layout!(QnnDmaBufInfo, size = 16, align = 8, fd = 0, data = 8);
-assert_layout!(QnnMemHtpDescriptor, size = 32, align = 8, htp_type = 0, size = 8, fd = 16, offset = 24);
-assert_layout!(QnnConfigEntry, size = 16, align = 8, option = 0, value = 8);
-assert_layout!(QnnDevicePlatformInfo, size = 24, align = 8, version = 0, num_hw_devices = 8, hw_devices = 16);
 assert_layout!(
-    QnnDeviceHardwareInfo, size = 40, align = 8,
-    version = 0, device_id = 8, device_type = 12, num_cores = 16, cores = 24, device_info_extension = 32,
+    QnnMemShape,
+    size = 24,
+    align = 8,
+    num_dim = 0,
+    dim_size = 8,
+    shape_config = 16
 );
 assert_layout!(
-    QnnHtpDeviceInfoExtension, size = 32, align = 8,
-    dev_type = 0, vtcm_size_mb = 8, soc_model = 16, signed_pd_support = 20, dlbc_support = 21, arch = 24,
+    QnnMemDescriptor,
+    size = 48,
+    align = 8,
+    mem_shape = 0,
+    data_type = 24,
+    mem_type = 28,
+    info = 32
+);
+assert_layout!(QnnDmaBufInfo, size = 16, align = 8, fd = 0, data = 8);
+assert_layout!(
+    QnnMemHtpDescriptor,
+    size = 32,
+    align = 8,
+    htp_type = 0,
+    size = 8,
+    fd = 16,
+    offset = 24
+);
+assert_layout!(QnnConfigEntry, size = 16, align = 8, option = 0, value = 8);
+assert_layout!(
+    QnnDevicePlatformInfo,
+    size = 24,
+    align = 8,
+    version = 0,
+    num_hw_devices = 8,
+    hw_devices = 16
+);
+assert_layout!(
+    QnnDeviceHardwareInfo,
+    size = 40,
+    align = 8,
+    version = 0,
+    device_id = 8,
+    device_type = 12,
+    num_cores = 16,
+    cores = 24,
+    device_info_extension = 32,
+);
+assert_layout!(
+    QnnHtpDeviceInfoExtension,
+    size = 32,
+    align = 8,
+    dev_type = 0,
+    vtcm_size_mb = 8,
+    soc_model = 16,
+    signed_pd_support = 20,
+    dlbc_support = 21,
+    arch = 24,
 );
 
-assert_layout!(QnnInterfaceTable, size = 568, align = 8,
-    property_has_capability = 0, backend_create = 8, backend_get_api_version = 24, backend_free = 64,
-    context_create_from_binary = 104, context_free = 112, graph_set_config = 136,
-    graph_retrieve = 160, graph_execute = 168, log_create = 200, log_set_log_level = 208, log_free = 216,
-    mem_register = 280, mem_de_register = 288, device_get_platform_info = 296,
-    device_free_platform_info = 304, device_get_infrastructure = 312, device_create = 320,
-    device_free = 344, error_get_message = 384, error_get_verbose_message = 392,
-    error_free_verbose_message = 400, context_create_from_binary_list_async = 448,
+assert_layout!(
+    QnnInterfaceTable,
+    size = 568,
+    align = 8,
+    property_has_capability = 0,
+    backend_create = 8,
+    backend_get_api_version = 24,
+    backend_free = 64,
+    context_create_from_binary = 104,
+    context_free = 112,
+    graph_set_config = 136,
+    graph_retrieve = 160,
+    graph_execute = 168,
+    log_create = 200,
+    log_set_log_level = 208,
+    log_free = 216,
+    mem_register = 280,
+    mem_de_register = 288,
+    device_get_platform_info = 296,
+    device_free_platform_info = 304,
+    device_get_infrastructure = 312,
+    device_create = 320,
+    device_free = 344,
+    error_get_message = 384,
+    error_get_verbose_message = 392,
+    error_free_verbose_message = 400,
+    context_create_from_binary_list_async = 448,
     context_free_binary_section_update = 560,
 );
-assert_layout!(QnnInterface, size = 608, align = 8, backend_id = 0, provider_name = 8, api_version = 16, table = 40);
+assert_layout!(
+    QnnInterface,
+    size = 608,
+    align = 8,
+    backend_id = 0,
+    provider_name = 8,
+    api_version = 16,
+    table = 40
+);
 const _: () = assert!(INTERFACE_TABLE_OFFSET == 40);
 const _: () = assert!(size_of::<QnnInterfaceTable>() == 8 * INTERFACE_TABLE_LEN);
 
-assert_layout!(QnnSystemInterfaceTable, size = 128, align = 8,
-    system_context_create = 0, system_context_get_binary_info = 8,
-    system_context_get_meta_data = 16, system_context_free = 24, rest = 32,
+assert_layout!(
+    QnnSystemInterfaceTable,
+    size = 128,
+    align = 8,
+    system_context_create = 0,
+    system_context_get_binary_info = 8,
+    system_context_get_meta_data = 16,
+    system_context_free = 24,
+    rest = 32,
 );
-assert_layout!(QnnSystemInterface, size = 160, align = 8, backend_id = 0, provider_name = 8, system_api_version = 16, table = 32);
+assert_layout!(
+    QnnSystemInterface,
+    size = 160,
+    align = 8,
+    backend_id = 0,
+    provider_name = 8,
+    system_api_version = 16,
+    table = 32
+);
 const _: () = assert!(SYSTEM_TABLE_OFFSET == 32);
 
-assert_layout!(QnnSystemContextGraphInfoV1, size = 40, align = 8,
-    graph_name = 0, num_graph_inputs = 8, graph_inputs = 16, num_graph_outputs = 24, graph_outputs = 32);
-assert_layout!(QnnSystemContextGraphInfoV2, size = 56, align = 8, v1 = 0, num_updateable_tensors = 40, updateable_tensors = 48);
-assert_layout!(QnnSystemContextGraphInfoV3, size = 80, align = 8,
-    v2 = 0, graph_blob_info_size = 56, graph_blob_info = 64, start_op_index = 72, end_op_index = 76);
-assert_layout!(QnnSystemContextGraphInfo, size = 88, align = 8, version = 0, u = 8);
-assert_layout!(QnnSystemContextBinaryInfoV1, size = 128, align = 8,
-    backend_id = 0, build_id = 8, core_api_version = 16, backend_api_version = 28, soc_version = 40,
-    hw_info_blob_version = 48, context_blob_version = 60, hw_info_blob_size = 72, hw_info_blob = 80,
-    context_blob_size = 88, num_context_tensors = 96, context_tensors = 104, num_graphs = 112, graphs = 120);
-assert_layout!(QnnSystemContextBinaryInfoV2, size = 136, align = 8, v1 = 0, platform_info = 128);
-assert_layout!(QnnSystemContextBinaryInfoV3, size = 136, align = 8,
-    backend_id = 0, build_id = 8, core_api_version = 16, backend_api_version = 28, soc_version = 40,
-    context_blob_version = 48, context_blob_size = 64, num_context_tensors = 72, context_tensors = 80,
-    num_graphs = 88, graphs = 96, platform_info = 104, context_metadata_size = 112,
-    context_metadata = 120, soc_model = 128);
-assert_layout!(QnnSystemContextBinaryInfo, size = 144, align = 8, version = 0, u = 8);
+assert_layout!(
+    QnnSystemContextGraphInfoV1,
+    size = 40,
+    align = 8,
+    graph_name = 0,
+    num_graph_inputs = 8,
+    graph_inputs = 16,
+    num_graph_outputs = 24,
+    graph_outputs = 32
+);
+assert_layout!(
+    QnnSystemContextGraphInfoV2,
+    size = 56,
+    align = 8,
+    v1 = 0,
+    num_updateable_tensors = 40,
+    updateable_tensors = 48
+);
+assert_layout!(
+    QnnSystemContextGraphInfoV3,
+    size = 80,
+    align = 8,
+    v2 = 0,
+    graph_blob_info_size = 56,
+    graph_blob_info = 64,
+    start_op_index = 72,
+    end_op_index = 76
+);
+assert_layout!(
+    QnnSystemContextGraphInfo,
+    size = 88,
+    align = 8,
+    version = 0,
+    u = 8
+);
+assert_layout!(
+    QnnSystemContextBinaryInfoV1,
+    size = 128,
+    align = 8,
+    backend_id = 0,
+    build_id = 8,
+    core_api_version = 16,
+    backend_api_version = 28,
+    soc_version = 40,
+    hw_info_blob_version = 48,
+    context_blob_version = 60,
+    hw_info_blob_size = 72,
+    hw_info_blob = 80,
+    context_blob_size = 88,
+    num_context_tensors = 96,
+    context_tensors = 104,
+    num_graphs = 112,
+    graphs = 120
+);
+assert_layout!(
+    QnnSystemContextBinaryInfoV2,
+    size = 136,
+    align = 8,
+    v1 = 0,
+    platform_info = 128
+);
+assert_layout!(
+    QnnSystemContextBinaryInfoV3,
+    size = 136,
+    align = 8,
+    backend_id = 0,
+    build_id = 8,
+    core_api_version = 16,
+    backend_api_version = 28,
+    soc_version = 40,
+    context_blob_version = 48,
+    context_blob_size = 64,
+    num_context_tensors = 72,
+    context_tensors = 80,
+    num_graphs = 88,
+    graphs = 96,
+    platform_info = 104,
+    context_metadata_size = 112,
+    context_metadata = 120,
+    soc_model = 128
+);
+assert_layout!(
+    QnnSystemContextBinaryInfo,
+    size = 144,
+    align = 8,
+    version = 0,
+    u = 8
+);
 
 #[cfg(test)]
 mod tests {

@@ -87,14 +87,14 @@ impl BackendLibrary {
     pub fn load(path: &Path) -> Result<Self, LoadError> {
         let lib = open(path)?;
         // SAFETY: the symbol is declared with the signature QnnInterface.h gives it.
-        let get: libloading::Symbol<QnnInterfaceGetProvidersFn> =
-            unsafe { lib.get(b"QnnInterface_getProviders\0") }.map_err(|_| {
-                LoadError::MissingSymbol {
-                    path: path.to_path_buf(),
-                    what: "backend",
-                    symbol: "QnnInterface_getProviders",
-                }
-            })?;
+        let get: libloading::Symbol<QnnInterfaceGetProvidersFn> = unsafe {
+            lib.get(b"QnnInterface_getProviders\0")
+        }
+        .map_err(|_| LoadError::MissingSymbol {
+            path: path.to_path_buf(),
+            what: "backend",
+            symbol: "QnnInterface_getProviders",
+        })?;
         let mut list: *const *const QnnInterface = std::ptr::null();
         let mut n: u32 = 0;
         // SAFETY: both out-params point to live locals of the documented types.
@@ -134,7 +134,9 @@ impl BackendLibrary {
                 String::new()
             } else {
                 // SAFETY: a non-null provider name is a NUL-terminated static string.
-                unsafe { CStr::from_ptr(name_ptr) }.to_string_lossy().into_owned()
+                unsafe { CStr::from_ptr(name_ptr) }
+                    .to_string_lossy()
+                    .into_owned()
             };
             return Ok(BackendLibrary {
                 provider: p,
@@ -181,14 +183,14 @@ impl SystemLibrary {
     pub fn load(path: &Path) -> Result<Self, LoadError> {
         let lib = open(path)?;
         // SAFETY: declared with the signature QnnSystemInterface.h gives it.
-        let get: libloading::Symbol<QnnSystemInterfaceGetProvidersFn> =
-            unsafe { lib.get(b"QnnSystemInterface_getProviders\0") }.map_err(|_| {
-                LoadError::MissingSymbol {
-                    path: path.to_path_buf(),
-                    what: "system",
-                    symbol: "QnnSystemInterface_getProviders",
-                }
-            })?;
+        let get: libloading::Symbol<QnnSystemInterfaceGetProvidersFn> = unsafe {
+            lib.get(b"QnnSystemInterface_getProviders\0")
+        }
+        .map_err(|_| LoadError::MissingSymbol {
+            path: path.to_path_buf(),
+            what: "system",
+            symbol: "QnnSystemInterface_getProviders",
+        })?;
         let mut list: *const *const QnnSystemInterface = std::ptr::null();
         let mut n: u32 = 0;
         // SAFETY: out-params point to live locals.
@@ -222,10 +224,8 @@ impl SystemLibrary {
             // SAFETY: entries 0-3 exist at the same offsets in every system API >= 1.1;
             // the later entries are never read.
             let first4 = unsafe {
-                std::ptr::read_unaligned(
-                    (p as *const u8).add(SYSTEM_TABLE_OFFSET)
-                        as *const [crate::interface::OpaqueFn; 4],
-                )
+                std::ptr::read_unaligned((p as *const u8).add(SYSTEM_TABLE_OFFSET)
+                    as *const [crate::interface::OpaqueFn; 4])
             };
             let mut table = QnnSystemInterfaceTable::empty();
             // SAFETY: each slot holds the library's pointer for the entry of that index,
@@ -252,7 +252,9 @@ impl SystemLibrary {
                 String::new()
             } else {
                 // SAFETY: NUL-terminated static string owned by the library.
-                unsafe { CStr::from_ptr(name_ptr) }.to_string_lossy().into_owned()
+                unsafe { CStr::from_ptr(name_ptr) }
+                    .to_string_lossy()
+                    .into_owned()
             };
             return Ok(SystemLibrary {
                 table,

@@ -18,7 +18,8 @@ pub type SystemContextGetMetaDataFn = unsafe extern "C" fn(
     binary_size: u64,
     info: *mut *const QnnSystemContextBinaryInfo,
 ) -> QnnErrorHandle;
-pub type SystemContextFreeFn = unsafe extern "C" fn(handle: QnnSystemContextHandle) -> QnnErrorHandle;
+pub type SystemContextFreeFn =
+    unsafe extern "C" fn(handle: QnnSystemContextHandle) -> QnnErrorHandle;
 
 /// `QNN_SYSTEM_INTERFACE_VER_TYPE` (system API 1.7): 16 entries. Entries 0–3 have kept
 /// their place since system API 1.1; the rest are never called here.
@@ -52,7 +53,11 @@ pub struct QnnSystemInterface {
 
 pub const SYSTEM_TABLE_OFFSET: usize = 32;
 /// Oldest system API whose entries 0–3 this crate reads.
-pub const MIN_SYSTEM_API: QnnVersion = QnnVersion { major: 1, minor: 1, patch: 0 };
+pub const MIN_SYSTEM_API: QnnVersion = QnnVersion {
+    major: 1,
+    minor: 1,
+    patch: 0,
+};
 
 /// `QnnSystemInterface_getProviders`.
 pub type QnnSystemInterfaceGetProvidersFn = unsafe extern "C" fn(

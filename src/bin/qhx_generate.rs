@@ -17,6 +17,7 @@ use std::time::Instant;
 #[command(
     name = "qhx_generate",
     version,
+    allow_negative_numbers = true,
     about = "Generate text with a QNN context-binary LLM bundle on the Hexagon NPU",
     after_help = "Argument order is invariant: <manifest> <libQnnHtp.so> <libQnnSystem.so> <artifacts_root> [n_tokens] [prompt]"
 )]
@@ -49,7 +50,10 @@ struct Args {
 }
 
 fn parse_n_tokens(s: &str) -> std::result::Result<usize, String> {
-    let n: i64 = s.trim().parse().map_err(|_| format!("{s:?} is not a whole number of tokens"))?;
+    let n: i64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a whole number of tokens"))?;
     if n <= 0 {
         return Err(format!("must be at least 1 (got {n})"));
     }
@@ -62,10 +66,18 @@ fn parse_n_tokens(s: &str) -> std::result::Result<usize, String> {
 fn main() -> ExitCode {
     let args = match Args::try_parse() {
         Ok(a) => a,
-        Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
+        Err(e) if !e.use_stderr() => {
+            // --help / --version
             let _ = e.print();
-            return ExitCode::from(code);
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // One line: clap's first line without its own prefix, then where to look.
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("qhx_generate: usage error: {first} (see qhx_generate --help)");
+            return ExitCode::from(2);
         }
     };
     match run(args) {
@@ -92,12 +104,17 @@ fn run(args: Args) -> Result<ExitCode> {
     let prompt = match (args.prompt.clone(), args.prompt_flag.clone()) {
         (Some(p), _) | (None, Some(p)) => p,
         (None, None) => {
-            eprintln!("qhx_generate: error: no prompt given (positional after n_tokens, or -p TEXT)");
+            eprintln!(
+                "qhx_generate: error: no prompt given (positional after n_tokens, or -p TEXT)"
+            );
             return Ok(ExitCode::from(2));
         }
     };
     if !args.artifacts_root.is_dir() {
-        bail!("artifacts root {} is not a directory", args.artifacts_root.display());
+        bail!(
+            "artifacts root {} is not a directory",
+            args.artifacts_root.display()
+        );
     }
     let manifest = Manifest::load(&args.manifest, &args.artifacts_root)?;
     let log_level = match args.verbose {
@@ -105,8 +122,13 @@ fn run(args: Args) -> Result<ExitCode> {
         1 => qnn_sys::log_level::INFO,
         _ => qnn_sys::log_level::VERBOSE,
     };
-    let model = Model::load(manifest, &args.backend_lib, &args.system_lib, &LoadOptions { log_level })
-        .context("loading the bundle")?;
+    let model = Model::load(
+        manifest,
+        &args.backend_lib,
+        &args.system_lib,
+        &LoadOptions { log_level },
+    )
+    .context("loading the bundle")?;
     let m = &model.manifest;
     let io_dtype = qnn_sys::dtype::name(model.decode.0.desc.inputs[model.decode.1.x].dtype);
     eprintln!(
@@ -114,10 +136,19 @@ fn run(args: Args) -> Result<ExitCode> {
         env!("CARGO_PKG_VERSION"),
         if m.name.is_empty() { "model" } else { &m.name },
         m.arch,
-        m.dsp_arch.as_deref().map(|a| format!(", {a}")).unwrap_or_default(),
+        m.dsp_arch
+            .as_deref()
+            .map(|a| format!(", {a}"))
+            .unwrap_or_default(),
         model.rt.backend().path.display(),
         model.rt.backend().core_api,
-        model.prefill.as_ref().map_or("none (decode-over-prompt)".to_string(), |(_, io)| format!("P={}", io.rows)),
+        model
+            .prefill
+            .as_ref()
+            .map_or("none (decode-over-prompt)".to_string(), |(_, io)| format!(
+                "P={}",
+                io.rows
+            )),
         model.max_ctx,
         io_dtype,
     );
@@ -158,11 +189,14 @@ fn run(args: Args) -> Result<ExitCode> {
     let mut out = stdout.lock();
     let mut stream = model.tokenizer.stream();
     let json = args.json;
+    let mut printed = String::new();
     let result = engine.generate(&ids, &cfg, tokenize_ms, |tok| {
         if !json {
             if let Some(piece) = stream.step(tok)? {
-                out.write_all(piece.as_bytes()).map_err(|e| qhx::Error::io("<stdout>", e))?;
+                out.write_all(piece.as_bytes())
+                    .map_err(|e| qhx::Error::io("<stdout>", e))?;
                 out.flush().map_err(|e| qhx::Error::io("<stdout>", e))?;
+                printed.push_str(&piece);
             }
         }
         Ok(Next::Continue)
@@ -170,7 +204,8 @@ fn run(args: Args) -> Result<ExitCode> {
     let output = match result {
         Ok(o) => o,
         Err(e) => {
-            if !json {
+            // Keep what was generated so far, ended by a newline; nothing if nothing was.
+            if !json && !printed.is_empty() {
                 let _ = writeln!(out);
                 let _ = out.flush();
             }
@@ -205,6 +240,11 @@ fn run(args: Args) -> Result<ExitCode> {
         });
         writeln!(out, "{doc}")?;
     } else {
+        // Text the stream held back (an incomplete UTF-8 tail at the end) goes out now, so
+        // stdout always equals the one-shot decode.
+        if let Some(rest) = text.strip_prefix(printed.as_str()) {
+            out.write_all(rest.as_bytes())?;
+        }
         writeln!(out)?;
     }
     out.flush()?;

@@ -145,10 +145,22 @@ impl Typed<'_> {
         match self {
             Typed::F32(s) => out.copy_from_slice(&s[r]),
             Typed::F16(s) => s[r].convert_to_f32_slice(out),
-            Typed::U16(s, q) => out.iter_mut().zip(&s[r]).for_each(|(o, x)| *o = dequantize(*x as f32, *q)),
-            Typed::I16(s, q) => out.iter_mut().zip(&s[r]).for_each(|(o, x)| *o = dequantize(*x as f32, *q)),
-            Typed::U8(s, q) => out.iter_mut().zip(&s[r]).for_each(|(o, x)| *o = dequantize(*x as f32, *q)),
-            Typed::I8(s, q) => out.iter_mut().zip(&s[r]).for_each(|(o, x)| *o = dequantize(*x as f32, *q)),
+            Typed::U16(s, q) => out
+                .iter_mut()
+                .zip(&s[r])
+                .for_each(|(o, x)| *o = dequantize(*x as f32, *q)),
+            Typed::I16(s, q) => out
+                .iter_mut()
+                .zip(&s[r])
+                .for_each(|(o, x)| *o = dequantize(*x as f32, *q)),
+            Typed::U8(s, q) => out
+                .iter_mut()
+                .zip(&s[r])
+                .for_each(|(o, x)| *o = dequantize(*x as f32, *q)),
+            Typed::I8(s, q) => out
+                .iter_mut()
+                .zip(&s[r])
+                .for_each(|(o, x)| *o = dequantize(*x as f32, *q)),
             Typed::I32(s) => out.iter_mut().zip(&s[r]).for_each(|(o, x)| *o = *x as f32),
         }
     }
@@ -160,7 +172,10 @@ mod tests {
 
     #[test]
     fn ufixed16_round_trip_within_half_step() {
-        let q = Quant { scale: 0.001, offset: -30000 };
+        let q = Quant {
+            scale: 0.001,
+            offset: -30000,
+        };
         let src = [-30.0f32, -1.2345, 0.0, 3.5, 35.0];
         let mut buf = [0u16; 5];
         TypedMut::U16(&mut buf, q).write_f32(0, &src);
@@ -179,7 +194,10 @@ mod tests {
     #[test]
     fn qnn_offset_convention() {
         // real = (q + offset) * scale: q = 10 with offset -10 is real 0.
-        let q = Quant { scale: 0.5, offset: -10 };
+        let q = Quant {
+            scale: 0.5,
+            offset: -10,
+        };
         let mut b = [0u8; 1];
         TypedMut::U8(&mut b, q).write_f32(0, &[0.0]);
         assert_eq!(b[0], 10);

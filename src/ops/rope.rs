@@ -27,8 +27,13 @@ pub fn inv_freq(theta: f64, head_dim: usize, scaling: Option<&RopeScaling>) -> V
         let high_wavelen = old / high;
         for v in &mut f {
             let wavelen = 2.0 * std::f32::consts::PI / *v;
-            let scaled = if wavelen > low_wavelen { *v / factor } else { *v };
-            let medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+            let scaled = if wavelen > low_wavelen {
+                *v / factor
+            } else {
+                *v
+            };
+            // (wavelengths are finite, so this is HF's ~(w < high) & ~(w > low))
+            let medium = wavelen >= high_wavelen && wavelen <= low_wavelen;
             *v = if medium {
                 let smooth = (old / wavelen - low) / (high - low);
                 (1.0 - smooth) * scaled / factor + smooth * scaled
@@ -41,7 +46,12 @@ pub fn inv_freq(theta: f64, head_dim: usize, scaling: Option<&RopeScaling>) -> V
 }
 
 impl RopeTable {
-    pub fn new(theta: f64, head_dim: usize, positions: usize, scaling: Option<&RopeScaling>) -> Self {
+    pub fn new(
+        theta: f64,
+        head_dim: usize,
+        positions: usize,
+        scaling: Option<&RopeScaling>,
+    ) -> Self {
         let inv = inv_freq(theta, head_dim, scaling);
         let half = head_dim / 2;
         let mut cos = vec![0f32; positions * head_dim];

@@ -58,7 +58,12 @@ pub struct BinaryInfo {
 /// # Safety
 /// `base` must point to at least `n` elements of the library's (unknown) stride, the
 /// largest candidate included when `n > 1`.
-unsafe fn guess_stride(base: *const u8, n: usize, candidates: &[usize], valid: impl Fn(u32) -> bool) -> usize {
+unsafe fn guess_stride(
+    base: *const u8,
+    n: usize,
+    candidates: &[usize],
+    valid: impl Fn(u32) -> bool,
+) -> usize {
     if n < 2 {
         return candidates[0];
     }
@@ -86,7 +91,12 @@ unsafe fn cstr(p: *const std::ffi::c_char) -> String {
 
 /// # Safety
 /// `base` must point to `n` library-owned tensors of the library's stride.
-unsafe fn copy_tensors(base: *const QnnTensor, n: u32, graph: &str, bin: &Path) -> Result<(Vec<TensorDesc>, u32)> {
+unsafe fn copy_tensors(
+    base: *const QnnTensor,
+    n: u32,
+    graph: &str,
+    bin: &Path,
+) -> Result<(Vec<TensorDesc>, u32)> {
     let mut out = Vec::with_capacity(n as usize);
     if n == 0 {
         return Ok((out, 2));
@@ -98,7 +108,11 @@ unsafe fn copy_tensors(base: *const QnnTensor, n: u32, graph: &str, bin: &Path) 
         });
     }
     // SAFETY: array of n tensors; the true stride is 144 (V2-era) or 120 (API 2.10 era).
-    let stride = unsafe { guess_stride(base as *const u8, n as usize, &[144, 120], |v| v == 1 || v == 2) };
+    let stride = unsafe {
+        guess_stride(base as *const u8, n as usize, &[144, 120], |v| {
+            v == 1 || v == 2
+        })
+    };
     let mut version = 2;
     for i in 0..n as usize {
         // SAFETY: element i of the library's array.
@@ -106,7 +120,10 @@ unsafe fn copy_tensors(base: *const QnnTensor, n: u32, graph: &str, bin: &Path) 
         if t.version != QNN_TENSOR_VERSION_1 && t.version != QNN_TENSOR_VERSION_2 {
             return Err(Error::File {
                 path: bin.to_path_buf(),
-                msg: format!("graph {graph}: tensor {i} has unknown struct version {}", t.version),
+                msg: format!(
+                    "graph {graph}: tensor {i} has unknown struct version {}",
+                    t.version
+                ),
             });
         }
         version = t.version;
@@ -138,7 +155,11 @@ unsafe fn copy_tensors(base: *const QnnTensor, n: u32, graph: &str, bin: &Path) 
             dtype: c.data_type,
             dims,
             quant,
-            raw_quant: if quant.is_some() { c.quantize_params } else { QnnQuantizeParams::default() },
+            raw_quant: if quant.is_some() {
+                c.quantize_params
+            } else {
+                QnnQuantizeParams::default()
+            },
         });
     }
     Ok((out, version))
@@ -168,12 +189,27 @@ pub fn read_binary_info(rt: &Runtime, bytes: &[u8], bin: &Path) -> Result<Binary
     let mut info: *const QnnSystemContextBinaryInfo = std::ptr::null();
     let status = if let Some(get) = t.system_context_get_meta_data {
         // SAFETY: bytes is readable for its length; out-param to a live local.
-        unsafe { get(sys, bytes.as_ptr() as *const _, bytes.len() as u64, &mut info) }
+        unsafe {
+            get(
+                sys,
+                bytes.as_ptr() as *const _,
+                bytes.len() as u64,
+                &mut info,
+            )
+        }
     } else if let Some(get) = t.system_context_get_binary_info {
         let mut size = 0u64;
         // The deprecated entry takes a mutable pointer but does not write through it.
         // SAFETY: as above.
-        unsafe { get(sys, bytes.as_ptr() as *mut _, bytes.len() as u64, &mut info, &mut size) }
+        unsafe {
+            get(
+                sys,
+                bytes.as_ptr() as *mut _,
+                bytes.len() as u64,
+                &mut info,
+                &mut size,
+            )
+        }
     } else {
         return Err(Error::MissingEntry {
             step: step(),
@@ -194,11 +230,23 @@ pub fn read_binary_info(rt: &Runtime, bytes: &[u8], bin: &Path) -> Result<Binary
         match info.version {
             BINARY_INFO_VERSION_1 | BINARY_INFO_VERSION_2 => {
                 let v = &info.u.v1;
-                (v.num_graphs, v.graphs, None, cstr(v.build_id), v.core_api_version)
+                (
+                    v.num_graphs,
+                    v.graphs,
+                    None,
+                    cstr(v.build_id),
+                    v.core_api_version,
+                )
             }
             BINARY_INFO_VERSION_3 => {
                 let v = &info.u.v3;
-                (v.num_graphs, v.graphs, Some(v.soc_model), cstr(v.build_id), v.core_api_version)
+                (
+                    v.num_graphs,
+                    v.graphs,
+                    Some(v.soc_model),
+                    cstr(v.build_id),
+                    v.core_api_version,
+                )
             }
             other => {
                 return Err(Error::File {
@@ -215,11 +263,20 @@ pub fn read_binary_info(rt: &Runtime, bytes: &[u8], bin: &Path) -> Result<Binary
         });
     }
     // SAFETY: array of num_graphs graph infos; stride 88 (V3-era), 64 or 48.
-    let stride = unsafe { guess_stride(graphs as *const u8, num_graphs as usize, &[88, 64, 48], |v| (1..=3).contains(&v)) };
+    let stride = unsafe {
+        guess_stride(
+            graphs as *const u8,
+            num_graphs as usize,
+            &[88, 64, 48],
+            |v| (1..=3).contains(&v),
+        )
+    };
     let mut out = Vec::new();
     for i in 0..num_graphs as usize {
         // SAFETY: element i of the library's array.
-        let g = unsafe { &*((graphs as *const u8).add(i * stride) as *const QnnSystemContextGraphInfo) };
+        let g = unsafe {
+            &*((graphs as *const u8).add(i * stride) as *const QnnSystemContextGraphInfo)
+        };
         if !(1..=3).contains(&g.version) {
             return Err(Error::File {
                 path: bin.to_path_buf(),
@@ -231,9 +288,11 @@ pub fn read_binary_info(rt: &Runtime, bytes: &[u8], bin: &Path) -> Result<Binary
         // SAFETY: graph names are NUL-terminated strings owned by `sys`.
         let name = unsafe { cstr(v1.graph_name) };
         // SAFETY: arrays of the stated lengths owned by `sys`.
-        let (inputs, vi) = unsafe { copy_tensors(v1.graph_inputs, v1.num_graph_inputs, &name, bin)? };
+        let (inputs, vi) =
+            unsafe { copy_tensors(v1.graph_inputs, v1.num_graph_inputs, &name, bin)? };
         // SAFETY: as above.
-        let (outputs, vo) = unsafe { copy_tensors(v1.graph_outputs, v1.num_graph_outputs, &name, bin)? };
+        let (outputs, vo) =
+            unsafe { copy_tensors(v1.graph_outputs, v1.num_graph_outputs, &name, bin)? };
         out.push(GraphDesc {
             name,
             inputs,

@@ -67,7 +67,10 @@ impl HostBuf {
 
     /// A typed view for a tensor of `desc`'s dtype; None for unsupported dtypes.
     pub fn typed_mut(&mut self, desc: &TensorDesc) -> Option<TypedMut<'_>> {
-        let q = desc.quant.unwrap_or(Quant { scale: 1.0, offset: 0 });
+        let q = desc.quant.unwrap_or(Quant {
+            scale: 1.0,
+            offset: 0,
+        });
         // SAFETY (all arms): f32, f16, u16, i16, u8, i8 and i32 accept every bit pattern.
         Some(unsafe {
             match desc.dtype {
@@ -84,7 +87,10 @@ impl HostBuf {
     }
 
     pub fn typed(&self, desc: &TensorDesc) -> Option<Typed<'_>> {
-        let q = desc.quant.unwrap_or(Quant { scale: 1.0, offset: 0 });
+        let q = desc.quant.unwrap_or(Quant {
+            scale: 1.0,
+            offset: 0,
+        });
         // SAFETY (all arms): as in typed_mut.
         Some(unsafe {
             match desc.dtype {
@@ -157,7 +163,11 @@ impl Binding {
                     c.data_type = t.dtype;
                     c.quantize_params = t.raw_quant;
                     c.rank = d.len() as u32;
-                    c.dimensions = if d.is_empty() { std::ptr::null_mut() } else { d.as_mut_ptr() };
+                    c.dimensions = if d.is_empty() {
+                        std::ptr::null_mut()
+                    } else {
+                        d.as_mut_ptr()
+                    };
                     c.mem_type = mem_type::RAW;
                     c.mem.client_buf = qnn_sys::QnnClientBuffer {
                         data: buf.ptr() as *mut std::ffi::c_void,
@@ -196,7 +206,9 @@ impl Binding {
     /// Typed view of input `i` (dtype checked supported at model load).
     pub fn input_mut(&mut self, i: usize) -> TypedMut<'_> {
         let d = &self.desc.inputs[i];
-        self.in_bufs[i].typed_mut(d).expect("dtype validated at load")
+        self.in_bufs[i]
+            .typed_mut(d)
+            .expect("dtype validated at load")
     }
 
     pub fn output(&self, i: usize) -> Typed<'_> {
@@ -209,7 +221,9 @@ impl Binding {
         let (od, id) = (&self.desc.outputs[o], &self.desc.inputs[i]);
         (
             self.out_bufs[o].typed(od).expect("dtype validated at load"),
-            self.in_bufs[i].typed_mut(id).expect("dtype validated at load"),
+            self.in_bufs[i]
+                .typed_mut(id)
+                .expect("dtype validated at load"),
         )
     }
 
@@ -223,6 +237,10 @@ impl Binding {
 
     /// Bytes of output `o` and input `i` of another binding, for same-dtype copies.
     pub fn total_bytes(&self) -> usize {
-        self.in_bufs.iter().chain(&self.out_bufs).map(HostBuf::len).sum()
+        self.in_bufs
+            .iter()
+            .chain(&self.out_bufs)
+            .map(HostBuf::len)
+            .sum()
     }
 }

@@ -25,10 +25,12 @@ impl Context {
     pub fn from_binary(rt: &Arc<Runtime>, bytes: &[u8], bin: &Path) -> Result<Arc<Context>> {
         let t = &rt.backend().table;
         let step = || format!("creating context from {}", bin.display());
-        let create = t.context_create_from_binary.ok_or_else(|| Error::MissingEntry {
-            step: step(),
-            entry: "contextCreateFromBinary",
-        })?;
+        let create = t
+            .context_create_from_binary
+            .ok_or_else(|| Error::MissingEntry {
+                step: step(),
+                entry: "contextCreateFromBinary",
+            })?;
         let mut handle: QnnContextHandle = std::ptr::null_mut();
         // SAFETY: backend/device are live handles of `rt`; `bytes` is readable for its
         // length during the call; no configs; the out-param is a live local.
@@ -66,7 +68,10 @@ impl Context {
         let cname = CString::new(name).map_err(|_| Error::graph(name, "name contains NUL"))?;
         let mut handle: QnnGraphHandle = std::ptr::null_mut();
         // SAFETY: live context handle; NUL-terminated name; out-param to a live local.
-        check(unsafe { retrieve(self.handle, cname.as_ptr(), &mut handle) }, step)?;
+        check(
+            unsafe { retrieve(self.handle, cname.as_ptr(), &mut handle) },
+            step,
+        )?;
         Ok(Graph {
             ctx: self.clone(),
             handle,
@@ -111,6 +116,8 @@ impl Graph {
                 std::ptr::null_mut(),
             )
         };
-        check(s, || format!("executing graph {} ({})", self.name, self.ctx.bin.display()))
+        check(s, || {
+            format!("executing graph {} ({})", self.name, self.ctx.bin.display())
+        })
     }
 }

@@ -44,17 +44,26 @@ unsafe fn render(fmt: *const c_char, ap: *mut c_void) -> String {
         let n = unsafe { vsnprintf(buf.as_mut_ptr(), buf.len(), fmt, ap) };
         if n >= 0 {
             // SAFETY: vsnprintf NUL-terminates within the buffer.
-            return unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned();
+            return unsafe { CStr::from_ptr(buf.as_ptr()) }
+                .to_string_lossy()
+                .into_owned();
         }
     }
     let _ = ap;
     // SAFETY: fmt is a NUL-terminated format string.
-    unsafe { CStr::from_ptr(fmt) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(fmt) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// `QnnLog_Callback_t`. QNN may call it from any thread at any time, so it touches only
 /// atomics and a mutex, and never panics across the FFI boundary.
-pub(crate) unsafe extern "C" fn callback(fmt: *const c_char, level: u32, _ts: u64, ap: *mut c_void) {
+pub(crate) unsafe extern "C" fn callback(
+    fmt: *const c_char,
+    level: u32,
+    _ts: u64,
+    ap: *mut c_void,
+) {
     if fmt.is_null() {
         return;
     }

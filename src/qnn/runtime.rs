@@ -61,9 +61,10 @@ impl Runtime {
             entry: "backendCreate",
         })?;
         // SAFETY: log is null or a live logger; no configs; out-param is a field of rt.
-        check(unsafe { backend_create(rt.log, std::ptr::null(), &mut rt.backend) }, || {
-            format!("creating the QNN backend from {lib}")
-        })?;
+        check(
+            unsafe { backend_create(rt.log, std::ptr::null(), &mut rt.backend) },
+            || format!("creating the QNN backend from {lib}"),
+        )?;
         // Device creation is optional per the API (a NULL device means the default).
         let wants_device = match t.property_has_capability {
             // SAFETY: plain value argument.
@@ -73,9 +74,10 @@ impl Runtime {
         if wants_device {
             if let Some(device_create) = t.device_create {
                 // SAFETY: as for backendCreate.
-                check(unsafe { device_create(rt.log, std::ptr::null(), &mut rt.device) }, || {
-                    format!("creating the QNN device from {lib}")
-                })?;
+                check(
+                    unsafe { device_create(rt.log, std::ptr::null(), &mut rt.device) },
+                    || format!("creating the QNN device from {lib}"),
+                )?;
             }
         }
         rt.device_facts = rt.read_device_facts();
@@ -104,7 +106,9 @@ impl Runtime {
                     let hw = unsafe { &*i.hw_devices };
                     if hw.version == 1 && !hw.device_info_extension.is_null() {
                         // SAFETY: for HTP the extension is QnnHtpDevice_DeviceInfoExtension_t.
-                        let ext = unsafe { &*(hw.device_info_extension as *const QnnHtpDeviceInfoExtension) };
+                        let ext = unsafe {
+                            &*(hw.device_info_extension as *const QnnHtpDeviceInfoExtension)
+                        };
                         if ext.dev_type == 0 {
                             f.soc_model = Some(ext.soc_model);
                             f.dsp_arch = Some(ext.arch);
@@ -133,7 +137,6 @@ impl Runtime {
     pub(crate) fn device_handle(&self) -> QnnDeviceHandle {
         self.device
     }
-
 }
 
 impl Drop for Runtime {

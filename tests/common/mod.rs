@@ -44,10 +44,23 @@ pub fn bundle(tag: &str, spec: &SynthSpec) -> (PathBuf, PathBuf) {
 }
 
 /// Run qhx_generate with the standard positional order plus extra args and env.
-pub fn generate(manifest: &Path, root: &Path, n: &str, prompt: &str, extra: &[&str], env: &[(&str, &str)]) -> Output {
+pub fn generate(
+    manifest: &Path,
+    root: &Path,
+    n: &str,
+    prompt: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
     let lib = emu();
     let mut c = Command::new(bin());
-    c.arg(manifest).arg(&lib).arg(&lib).arg(root).arg(n).arg(prompt).args(extra);
+    c.arg(manifest)
+        .arg(&lib)
+        .arg(&lib)
+        .arg(root)
+        .arg(n)
+        .arg(prompt)
+        .args(extra);
     for (k, v) in env {
         c.env(k, v);
     }
@@ -64,9 +77,20 @@ pub fn stdout(o: &Output) -> String {
 
 /// Parse the --json document on stdout.
 pub fn json(o: &Output) -> serde_json::Value {
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}\nstderr: {}", stdout(o), stderr(o)))
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            stdout(o),
+            stderr(o)
+        )
+    })
 }
 
 pub fn ids(v: &serde_json::Value, key: &str) -> Vec<u64> {
-    v[key].as_array().unwrap_or_else(|| panic!("no {key}")).iter().map(|x| x.as_u64().unwrap()).collect()
+    v[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {key}"))
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
 }

@@ -59,7 +59,11 @@ unsafe extern "C" fn property_has_capability(key: u32) -> QnnErrorHandle {
     }
 }
 
-unsafe extern "C" fn log_create(cb: QnnLogCallback, level: u32, out: *mut QnnLogHandle) -> QnnErrorHandle {
+unsafe extern "C" fn log_create(
+    cb: QnnLogCallback,
+    level: u32,
+    out: *mut QnnLogHandle,
+) -> QnnErrorHandle {
     if out.is_null() {
         return 11003;
     }
@@ -216,10 +220,16 @@ unsafe extern "C" fn device_get_platform_info(
         ext: QnnHtpDeviceInfoExtension {
             dev_type: 0,
             vtcm_size_mb: 8,
-            soc_model: std::env::var("QNN_EMU_SOC_MODEL").ok().and_then(|v| v.parse().ok()).unwrap_or(87),
+            soc_model: std::env::var("QNN_EMU_SOC_MODEL")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(87),
             signed_pd_support: 1,
             dlbc_support: 0,
-            arch: std::env::var("QNN_EMU_ARCH").ok().and_then(|v| v.parse().ok()).unwrap_or(81),
+            arch: std::env::var("QNN_EMU_ARCH")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(81),
         },
     });
     // The box's heap address is stable, so the self-references stay valid after leaking.
@@ -262,7 +272,10 @@ unsafe extern "C" fn context_create_from_binary(
         return E_CONTEXT_INVALID_ARGUMENT;
     }
     if let Some(code) = knobs::injected_failure("contextCreateFromBinary") {
-        log(log_level::ERROR, &format!("qnn-emu: injected contextCreateFromBinary failure {code}"));
+        log(
+            log_level::ERROR,
+            &format!("qnn-emu: injected contextCreateFromBinary failure {code}"),
+        );
         return code;
     }
     // SAFETY: the caller passes a buffer of `size` readable bytes for the call's duration.
@@ -272,19 +285,28 @@ unsafe extern "C" fn context_create_from_binary(
             let n = ctx.graphs.len();
             let p = Box::into_raw(Box::new(ctx));
             registry::add(p as usize, Kind::Context);
-            log(log_level::INFO, &format!("qnn-emu: context created with {n} graph(s)"));
+            log(
+                log_level::INFO,
+                &format!("qnn-emu: context created with {n} graph(s)"),
+            );
             // SAFETY: checked non-null.
             unsafe { *out = p as QnnContextHandle };
             0
         }
         Err(e) => {
-            log(log_level::ERROR, &format!("qnn-emu: contextCreateFromBinary: {e}"));
+            log(
+                log_level::ERROR,
+                &format!("qnn-emu: contextCreateFromBinary: {e}"),
+            );
             E_CONTEXT_CREATE_FROM_BINARY
         }
     }
 }
 
-unsafe extern "C" fn context_free(h: QnnContextHandle, _profile: QnnProfileHandle) -> QnnErrorHandle {
+unsafe extern "C" fn context_free(
+    h: QnnContextHandle,
+    _profile: QnnProfileHandle,
+) -> QnnErrorHandle {
     if !registry::remove(h as usize, Kind::Context) {
         return E_CONTEXT_INVALID_HANDLE;
     }
@@ -324,14 +346,20 @@ unsafe extern "C" fn graph_retrieve(
     }
 }
 
-unsafe extern "C" fn graph_set_config(g: QnnGraphHandle, _cfg: *const *const QnnGraphConfig) -> QnnErrorHandle {
+unsafe extern "C" fn graph_set_config(
+    g: QnnGraphHandle,
+    _cfg: *const *const QnnGraphConfig,
+) -> QnnErrorHandle {
     if crate::exec::find_graph(g as usize).is_none() {
         return E_GRAPH_INVALID_HANDLE;
     }
     0
 }
 
-unsafe extern "C" fn error_get_message(err: QnnErrorHandle, msg: *mut *const c_char) -> QnnErrorHandle {
+unsafe extern "C" fn error_get_message(
+    err: QnnErrorHandle,
+    msg: *mut *const c_char,
+) -> QnnErrorHandle {
     if msg.is_null() {
         return E_INVALID_ARGUMENT;
     }
@@ -385,7 +413,9 @@ pub fn table() -> QnnInterfaceTable {
     // SAFETY: with the C calling convention a callee that ignores its arguments can be called
     // with any argument list; the u64 return lands where every entry's caller expects it.
     let stub: OpaqueFn = Some(unsafe {
-        std::mem::transmute::<unsafe extern "C" fn() -> QnnErrorHandle, unsafe extern "C" fn()>(unsupported)
+        std::mem::transmute::<unsafe extern "C" fn() -> QnnErrorHandle, unsafe extern "C" fn()>(
+            unsupported,
+        )
     });
     for s in slots.iter_mut().filter(|s| s.is_none()) {
         *s = stub;

@@ -28,6 +28,8 @@ pub struct EmuGraph {
 }
 
 pub struct EmuContext {
+    /// Boxed so graph handles (their addresses) stay valid whatever happens to the Vec.
+    #[allow(clippy::vec_box)]
     pub graphs: Vec<Box<EmuGraph>>,
 }
 
@@ -47,8 +49,16 @@ pub fn tensor_specs(h: &format::Header) -> Vec<(Vec<TensorSpec>, Vec<TensorSpec>
         .map(|(gi, g)| {
             let base = (gi as u32 + 1) * 1000;
             (
-                g.inputs.iter().enumerate().map(|(i, t)| spec(t, base + i as u32 + 1)).collect(),
-                g.outputs.iter().enumerate().map(|(i, t)| spec(t, base + 500 + i as u32 + 1)).collect(),
+                g.inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| spec(t, base + i as u32 + 1))
+                    .collect(),
+                g.outputs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| spec(t, base + 500 + i as u32 + 1))
+                    .collect(),
             )
         })
         .collect()
@@ -123,14 +133,24 @@ struct Bound<'a> {
 }
 
 fn describe(spec: &TensorSpec) -> String {
-    format!("{} [{:?} {}]", spec.name, spec.dims, dtype::name(spec.dtype))
+    format!(
+        "{} [{:?} {}]",
+        spec.name,
+        spec.dims,
+        dtype::name(spec.dtype)
+    )
 }
 
 /// Check one caller tensor against the graph's descriptors; return the matched spec + data.
 ///
 /// # Safety
 /// `t` must point to a readable Qnn_Tensor_t.
-unsafe fn bind<'a>(g: &'a EmuGraph, specs: &'a [TensorSpec], t: *const QnnTensor, what: &str) -> Result<Bound<'a>, String> {
+unsafe fn bind<'a>(
+    g: &'a EmuGraph,
+    specs: &'a [TensorSpec],
+    t: *const QnnTensor,
+    what: &str,
+) -> Result<Bound<'a>, String> {
     // SAFETY: caller guarantees `t` is readable.
     let t = unsafe { &*t };
     if t.version != QNN_TENSOR_VERSION_1 && t.version != QNN_TENSOR_VERSION_2 {
@@ -138,15 +158,20 @@ unsafe fn bind<'a>(g: &'a EmuGraph, specs: &'a [TensorSpec], t: *const QnnTensor
     }
     // SAFETY: version is 1 or 2, whose common prefix is V1.
     let c = unsafe { t.common() };
-    let spec = specs
-        .iter()
-        .find(|s| s.id == c.id)
-        .ok_or_else(|| format!("graph {}: {what} tensor id {} is not one of its {what}s", g.name, c.id))?;
+    let spec = specs.iter().find(|s| s.id == c.id).ok_or_else(|| {
+        format!(
+            "graph {}: {what} tensor id {} is not one of its {what}s",
+            g.name, c.id
+        )
+    })?;
     if !c.name.is_null() {
         // SAFETY: a non-null name is a NUL-terminated string per the API.
         let name = unsafe { CStr::from_ptr(c.name) }.to_string_lossy();
         if name != spec.name {
-            return Err(format!("graph {}: tensor id {} is {}, not {name}", g.name, c.id, spec.name));
+            return Err(format!(
+                "graph {}: tensor id {} is {}, not {name}",
+                g.name, c.id, spec.name
+            ));
         }
     }
     if c.data_type != spec.dtype {
@@ -158,12 +183,21 @@ unsafe fn bind<'a>(g: &'a EmuGraph, specs: &'a [TensorSpec], t: *const QnnTensor
         ));
     }
     if c.rank != spec.dims.len() as u32 || c.dimensions.is_null() {
-        return Err(format!("graph {}: {} given rank {}", g.name, describe(spec), c.rank));
+        return Err(format!(
+            "graph {}: {} given rank {}",
+            g.name,
+            describe(spec),
+            c.rank
+        ));
     }
     // SAFETY: `dimensions` is non-null with `rank` entries per the API.
     let dims = unsafe { std::slice::from_raw_parts(c.dimensions, c.rank as usize) };
     if dims != spec.dims.as_slice() {
-        return Err(format!("graph {}: {} given dims {dims:?}", g.name, describe(spec)));
+        return Err(format!(
+            "graph {}: {} given dims {dims:?}",
+            g.name,
+            describe(spec)
+        ));
     }
     let data = match c.mem_type {
         mem_type::RAW => {
@@ -183,10 +217,19 @@ unsafe fn bind<'a>(g: &'a EmuGraph, specs: &'a [TensorSpec], t: *const QnnTensor
         mem_type::MEMHANDLE => {
             // SAFETY: MEMHANDLE tensors carry a registered handle.
             let h = unsafe { c.mem.mem_handle };
-            crate::exec::mem_lookup(h as usize, spec.bytes())
-                .ok_or_else(|| format!("graph {}: {} has an unregistered or too small mem handle", g.name, spec.name))?
+            crate::exec::mem_lookup(h as usize, spec.bytes()).ok_or_else(|| {
+                format!(
+                    "graph {}: {} has an unregistered or too small mem handle",
+                    g.name, spec.name
+                )
+            })?
         }
-        other => return Err(format!("graph {}: {} has unsupported memType {other}", g.name, spec.name)),
+        other => {
+            return Err(format!(
+                "graph {}: {} has unsupported memType {other}",
+                g.name, spec.name
+            ))
+        }
     };
     Ok(Bound { spec, data })
 }
@@ -204,10 +247,17 @@ pub unsafe extern "C" fn graph_execute(
         return E_GRAPH_INVALID_HANDLE;
     };
     if let Some(code) = knobs::injected_failure("graphExecute") {
-        log(log_level::ERROR, &format!("qnn-emu: injected graphExecute failure {code}"));
+        log(
+            log_level::ERROR,
+            &format!("qnn-emu: injected graphExecute failure {code}"),
+        );
         return code;
     }
-    if n_in as usize != g.inputs.len() || n_out as usize != g.outputs.len() || inputs.is_null() || outputs.is_null() {
+    if n_in as usize != g.inputs.len()
+        || n_out as usize != g.outputs.len()
+        || inputs.is_null()
+        || outputs.is_null()
+    {
         log(
             log_level::ERROR,
             &format!(
@@ -246,7 +296,10 @@ pub unsafe extern "C" fn graph_execute(
         }
     }
     if ins.len() != g.inputs.len() || outs.len() != g.outputs.len() {
-        log(log_level::ERROR, &format!("qnn-emu: graph {}: a tensor was passed twice", g.name));
+        log(
+            log_level::ERROR,
+            &format!("qnn-emu: graph {}: a tensor was passed twice", g.name),
+        );
         return E_GRAPH_INVALID_TENSOR;
     }
     match run(g, &ins, &outs) {
@@ -270,7 +323,11 @@ fn write(b: &Bound<'_>, vals: &[f32]) {
     from_f32(b.spec, vals, bytes);
 }
 
-fn run(g: &EmuGraph, ins: &HashMap<&str, Bound<'_>>, outs: &HashMap<&str, Bound<'_>>) -> Result<(), String> {
+fn run(
+    g: &EmuGraph,
+    ins: &HashMap<&str, Bound<'_>>,
+    outs: &HashMap<&str, Bound<'_>>,
+) -> Result<(), String> {
     let kind_idx = match g.kind {
         GraphKind::Prefill => 0,
         GraphKind::Decode => 1,
@@ -300,7 +357,11 @@ fn run(g: &EmuGraph, ins: &HashMap<&str, Bound<'_>>, outs: &HashMap<&str, Bound<
         GraphKind::Prefill | GraphKind::Decode => {
             let decode = g.kind == GraphKind::Decode;
             let rows = if decode { 1 } else { g.seq };
-            let get = |n: &str| ins.get(n).map(read).ok_or_else(|| format!("missing input {n}"));
+            let get = |n: &str| {
+                ins.get(n)
+                    .map(read)
+                    .ok_or_else(|| format!("missing input {n}"))
+            };
             let x = get("x")?;
             let cos = get("cos")?;
             let sin = get("sin")?;
@@ -321,9 +382,18 @@ fn run(g: &EmuGraph, ins: &HashMap<&str, Bound<'_>>, outs: &HashMap<&str, Bound<
                     layout: g.layout,
                 })
                 .collect();
-            let expect_mask = if decode { g.ctx } else if has_past { rows * (g.ctx + rows) } else { rows * rows };
+            let expect_mask = if decode {
+                g.ctx
+            } else if has_past {
+                rows * (g.ctx + rows)
+            } else {
+                rows * rows
+            };
             if mask.len() != expect_mask {
-                return Err(format!("cmask has {} elements, expected {expect_mask}", mask.len()));
+                return Err(format!(
+                    "cmask has {} elements, expected {expect_mask}",
+                    mask.len()
+                ));
             }
             let out = w.run_layers(
                 LayerIo {

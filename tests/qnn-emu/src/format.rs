@@ -99,7 +99,10 @@ pub struct Parsed<'a> {
 /// Parse and validate a context binary. Errors are human-readable reasons.
 pub fn parse(buf: &[u8]) -> Result<Parsed<'_>, String> {
     if buf.len() < 16 {
-        return Err(format!("binary is {} bytes, shorter than the 16-byte preamble", buf.len()));
+        return Err(format!(
+            "binary is {} bytes, shorter than the 16-byte preamble",
+            buf.len()
+        ));
     }
     if &buf[0..8] != MAGIC {
         return Err("bad magic (not a qnn-emu context binary)".into());
@@ -113,7 +116,8 @@ pub fn parse(buf: &[u8]) -> Result<Parsed<'_>, String> {
         .checked_add(n)
         .filter(|&e| e <= buf.len())
         .ok_or_else(|| format!("header length {n} runs past the end ({} bytes)", buf.len()))?;
-    let header: Header = serde_json::from_slice(&buf[16..end]).map_err(|e| format!("header: {e}"))?;
+    let header: Header =
+        serde_json::from_slice(&buf[16..end]).map_err(|e| format!("header: {e}"))?;
     let data_start = end.div_ceil(64) * 64;
     let data = buf.get(data_start..).unwrap_or(&[]);
     validate(&header, data.len())?;
@@ -126,7 +130,10 @@ fn validate(h: &Header, data_len: usize) -> Result<(), String> {
         return Err("model dims must be positive".into());
     }
     if m.n_heads % m.n_kv_heads != 0 {
-        return Err(format!("n_heads {} not a multiple of n_kv_heads {}", m.n_heads, m.n_kv_heads));
+        return Err(format!(
+            "n_heads {} not a multiple of n_kv_heads {}",
+            m.n_heads, m.n_kv_heads
+        ));
     }
     if m.head_dim % 2 != 0 {
         return Err("head_dim must be even".into());
@@ -137,15 +144,24 @@ fn validate(h: &Header, data_len: usize) -> Result<(), String> {
     for g in &h.graphs {
         for t in g.inputs.iter().chain(&g.outputs) {
             if dtype_from_name(&t.dtype).is_none() {
-                return Err(format!("graph {} tensor {}: unknown dtype {}", g.name, t.name, t.dtype));
+                return Err(format!(
+                    "graph {} tensor {}: unknown dtype {}",
+                    g.name, t.name, t.dtype
+                ));
             }
             if t.dims.contains(&0) {
-                return Err(format!("graph {} tensor {}: zero dimension", g.name, t.name));
+                return Err(format!(
+                    "graph {} tensor {}: zero dimension",
+                    g.name, t.name
+                ));
             }
         }
     }
     for w in &h.weights {
-        let end = w.offset.checked_add(w.nbytes).ok_or("weight offset overflow")?;
+        let end = w
+            .offset
+            .checked_add(w.nbytes)
+            .ok_or("weight offset overflow")?;
         if end > data_len {
             return Err(format!(
                 "weight {} ends at {end} but the data section has {data_len} bytes (truncated binary?)",
@@ -159,10 +175,18 @@ fn validate(h: &Header, data_len: usize) -> Result<(), String> {
             "f16" => elems * 2,
             "q4_1" if last % 32 == 0 => elems / 32 * 20,
             "q8_0" if last % 32 == 0 => elems / 32 * 34,
-            other => return Err(format!("weight {}: bad encoding {other} for shape {:?}", w.name, w.shape)),
+            other => {
+                return Err(format!(
+                    "weight {}: bad encoding {other} for shape {:?}",
+                    w.name, w.shape
+                ))
+            }
         };
         if want != w.nbytes {
-            return Err(format!("weight {}: {} bytes, expected {want}", w.name, w.nbytes));
+            return Err(format!(
+                "weight {}: {} bytes, expected {want}",
+                w.name, w.nbytes
+            ));
         }
     }
     Ok(())

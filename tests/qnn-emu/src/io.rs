@@ -22,7 +22,10 @@ impl TensorSpec {
     pub fn is_quantized(&self) -> bool {
         matches!(
             self.dtype,
-            dtype::UFIXED_POINT_16 | dtype::UFIXED_POINT_8 | dtype::SFIXED_POINT_16 | dtype::SFIXED_POINT_8
+            dtype::UFIXED_POINT_16
+                | dtype::UFIXED_POINT_8
+                | dtype::SFIXED_POINT_16
+                | dtype::SFIXED_POINT_8
         )
     }
 }
@@ -31,7 +34,10 @@ impl TensorSpec {
 pub fn to_f32(spec: &TensorSpec, buf: &[u8]) -> Vec<f32> {
     let (s, o) = (spec.scale, spec.offset as f32);
     match spec.dtype {
-        dtype::FLOAT_32 => buf.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect(),
+        dtype::FLOAT_32 => buf
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect(),
         dtype::FLOAT_16 => buf
             .chunks_exact(2)
             .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())

@@ -21,7 +21,11 @@ fn parse_version(s: &str) -> Option<QnnVersion> {
     let major = it.next()?.ok()?;
     let minor = it.next().unwrap_or(Ok(0)).ok()?;
     let patch = it.next().unwrap_or(Ok(0)).ok()?;
-    Some(QnnVersion { major, minor, patch })
+    Some(QnnVersion {
+        major,
+        minor,
+        patch,
+    })
 }
 
 fn parse_code(s: &str) -> Option<u64> {
@@ -57,10 +61,18 @@ pub fn get() -> &'static Knobs {
         Knobs {
             core_api: env("QNN_EMU_CORE_API")
                 .and_then(|v| parse_version(&v))
-                .unwrap_or(QnnVersion { major: 2, minor: 32, patch: 0 }),
+                .unwrap_or(QnnVersion {
+                    major: 2,
+                    minor: 32,
+                    patch: 0,
+                }),
             system_api: env("QNN_EMU_SYSTEM_API")
                 .and_then(|v| parse_version(&v))
-                .unwrap_or(QnnVersion { major: 1, minor: 7, patch: 0 }),
+                .unwrap_or(QnnVersion {
+                    major: 1,
+                    minor: 7,
+                    patch: 0,
+                }),
             fails,
             nan,
             null_compute: env("QNN_EMU_NULL_COMPUTE").is_some_and(|v| v != "0"),

@@ -40,7 +40,8 @@ unsafe impl<T> Sync for ProviderCell<T> {}
 // SAFETY: as above.
 unsafe impl<T> Send for ProviderCell<T> {}
 
-static BACKEND: OnceLock<ProviderCell<(Box<QnnInterface>, [*const QnnInterface; 1])>> = OnceLock::new();
+static BACKEND: OnceLock<ProviderCell<(Box<QnnInterface>, [*const QnnInterface; 1])>> =
+    OnceLock::new();
 static SYSTEM: OnceLock<ProviderCell<(Box<QnnSystemInterface>, [*const QnnSystemInterface; 1])>> =
     OnceLock::new();
 

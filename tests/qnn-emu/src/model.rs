@@ -88,7 +88,10 @@ impl Weights {
             .iter()
             .any(|g| g.kind == crate::format::GraphKind::Lmhead);
         if needs_lm && (output_norm.is_none() || lm.is_none()) {
-            return Err("lm-head graph needs output_norm.weight and output.weight or token_embd.weight".into());
+            return Err(
+                "lm-head graph needs output_norm.weight and output.weight or token_embd.weight"
+                    .into(),
+            );
         }
         Ok(Weights {
             cfg,
@@ -138,7 +141,8 @@ fn matmul(x: &[f32], rows: usize, w: &[f32], in_dim: usize, bias: Option<&[f32]>
                         let wr = &w[o * in_dim..(o + 1) * in_dim];
                         let b = bias.map_or(0.0, |b| b[o]);
                         for r in 0..rows {
-                            blk[r * width + (o - o0)] = dot(wr, &x[r * in_dim..(r + 1) * in_dim]) + b;
+                            blk[r * width + (o - o0)] =
+                                dot(wr, &x[r * in_dim..(r + 1) * in_dim]) + b;
                         }
                     }
                     blk
@@ -151,7 +155,8 @@ fn matmul(x: &[f32], rows: usize, w: &[f32], in_dim: usize, bias: Option<&[f32]>
         let o0 = t * chunk;
         let width = blk.len().checked_div(rows).unwrap_or(0);
         for r in 0..rows {
-            out[r * out_dim + o0..r * out_dim + o0 + width].copy_from_slice(&blk[r * width..(r + 1) * width]);
+            out[r * out_dim + o0..r * out_dim + o0 + width]
+                .copy_from_slice(&blk[r * width..(r + 1) * width]);
         }
     }
     out
@@ -254,7 +259,15 @@ impl Weights {
                         scores[j] = if m == f32::NEG_INFINITY {
                             f32::NEG_INFINITY
                         } else {
-                            let kp = kv_row(kv.unwrap().past_k.unwrap(), kv.unwrap().layout, ctx, nkv, hd, g, j);
+                            let kp = kv_row(
+                                kv.unwrap().past_k.unwrap(),
+                                kv.unwrap().layout,
+                                ctx,
+                                nkv,
+                                hd,
+                                g,
+                                j,
+                            );
                             dot(qh, kp) * scale + m
                         };
                         maxv = maxv.max(scores[j]);
@@ -275,20 +288,32 @@ impl Weights {
                     let total = ctx + own;
                     let mut sum = 0f32;
                     for s in &mut scores[..total] {
-                        *s = if maxv == f32::NEG_INFINITY { 0.0 } else { (*s - maxv).exp() };
+                        *s = if maxv == f32::NEG_INFINITY {
+                            0.0
+                        } else {
+                            (*s - maxv).exp()
+                        };
                         sum += *s;
                     }
                     let out = &mut attn[(r * nh + head) * hd..(r * nh + head + 1) * hd];
                     if sum == 0.0 {
                         continue;
                     }
-                    for j in 0..total {
-                        let p = scores[j] / sum;
+                    for (j, &sc) in scores[..total].iter().enumerate() {
+                        let p = sc / sum;
                         if p == 0.0 {
                             continue;
                         }
                         let vr = if j < ctx {
-                            kv_row(kv.unwrap().past_v.unwrap(), kv.unwrap().layout, ctx, nkv, hd, g, j)
+                            kv_row(
+                                kv.unwrap().past_v.unwrap(),
+                                kv.unwrap().layout,
+                                ctx,
+                                nkv,
+                                hd,
+                                g,
+                                j,
+                            )
                         } else {
                             let jj = j - ctx;
                             &v[jj * kdim + g * hd..jj * kdim + (g + 1) * hd]
@@ -325,7 +350,15 @@ impl Weights {
 }
 
 /// Row `j` of KV head `g` in a cache of either layout.
-fn kv_row(buf: &[f32], layout: KvLayout, ctx: usize, nkv: usize, hd: usize, g: usize, j: usize) -> &[f32] {
+fn kv_row(
+    buf: &[f32],
+    layout: KvLayout,
+    ctx: usize,
+    nkv: usize,
+    hd: usize,
+    g: usize,
+    j: usize,
+) -> &[f32] {
     match layout {
         KvLayout::PosMajor => &buf[j * nkv * hd + g * hd..j * nkv * hd + (g + 1) * hd],
         KvLayout::HeadMajor => &buf[(g * ctx + j) * hd..(g * ctx + j + 1) * hd],

@@ -69,13 +69,6 @@ pub fn is_live(ptr: usize, kind: Kind) -> bool {
     lock().live.get(&ptr) == Some(&kind)
 }
 
-/// Record a free-form event (e.g. a perf vote) in the trace.
-pub fn event(text: String) {
-    let mut r = lock();
-    r.events.push(text);
-    write_trace(&r);
-}
-
 pub fn live_count(kind: Kind) -> usize {
     lock().live.values().filter(|k| **k == kind).count()
 }
@@ -94,7 +87,10 @@ fn write_trace(r: &Registry) {
         Kind::MemHandle,
         Kind::PowerConfig,
     ] {
-        counts.push((k.name().to_string(), r.live.values().filter(|v| **v == k).count()));
+        counts.push((
+            k.name().to_string(),
+            r.live.values().filter(|v| **v == k).count(),
+        ));
     }
     let live: serde_json::Map<String, serde_json::Value> =
         counts.into_iter().map(|(k, v)| (k, v.into())).collect();
@@ -107,5 +103,10 @@ fn write_trace(r: &Registry) {
 
 /// Addresses of all live handles of `kind`.
 pub fn live_of(kind: Kind) -> Vec<usize> {
-    lock().live.iter().filter(|(_, k)| **k == kind).map(|(p, _)| *p).collect()
+    lock()
+        .live
+        .iter()
+        .filter(|(_, k)| **k == kind)
+        .map(|(p, _)| *p)
+        .collect()
 }

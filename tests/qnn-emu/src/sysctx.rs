@@ -51,9 +51,13 @@ fn build(h: &format::Header, store: &mut InfoStore) -> *const QnnSystemContextBi
     let specs = tensor_specs(h);
     // Pass 1: own every string and dims array (inner heap buffers never move afterwards).
     for (g, (ins, outs)) in h.graphs.iter().zip(&specs) {
-        store.strings.push(CString::new(g.name.clone()).unwrap_or_default());
+        store
+            .strings
+            .push(CString::new(g.name.clone()).unwrap_or_default());
         for s in ins.iter().chain(outs) {
-            store.strings.push(CString::new(s.name.clone()).unwrap_or_default());
+            store
+                .strings
+                .push(CString::new(s.name.clone()).unwrap_or_default());
             store.dims.push(s.dims.clone());
         }
     }
@@ -113,10 +117,20 @@ fn build(h: &format::Header, store: &mut InfoStore) -> *const QnnSystemContextBi
             },
         });
     }
-    store.strings.push(CString::new("qnn-emu v0.1.0").unwrap_or_default());
-    let build_id = store.strings.last().map_or(std::ptr::null(), |s| s.as_ptr());
-    store.strings.push(CString::new(h.dsp_arch.clone()).unwrap_or_default());
-    let soc_version = store.strings.last().map_or(std::ptr::null(), |s| s.as_ptr());
+    store
+        .strings
+        .push(CString::new("qnn-emu v0.1.0").unwrap_or_default());
+    let build_id = store
+        .strings
+        .last()
+        .map_or(std::ptr::null(), |s| s.as_ptr());
+    store
+        .strings
+        .push(CString::new(h.dsp_arch.clone()).unwrap_or_default());
+    let soc_version = store
+        .strings
+        .last()
+        .map_or(std::ptr::null(), |s| s.as_ptr());
     let info = Box::new(QnnSystemContextBinaryInfo {
         version: BINARY_INFO_VERSION_3,
         u: QnnSystemContextBinaryInfoUnion {
@@ -124,9 +138,17 @@ fn build(h: &format::Header, store: &mut InfoStore) -> *const QnnSystemContextBi
                 backend_id: QNN_BACKEND_ID_HTP,
                 build_id,
                 core_api_version: knobs::get().core_api,
-                backend_api_version: QnnVersion { major: 5, minor: 43, patch: 0 },
+                backend_api_version: QnnVersion {
+                    major: 5,
+                    minor: 43,
+                    patch: 0,
+                },
                 soc_version,
-                context_blob_version: QnnVersion { major: 3, minor: 3, patch: 4 },
+                context_blob_version: QnnVersion {
+                    major: 3,
+                    minor: 3,
+                    patch: 4,
+                },
                 context_blob_size: 0,
                 num_context_tensors: 0,
                 context_tensors: std::ptr::null_mut(),
@@ -164,7 +186,10 @@ unsafe fn info_common(
     let parsed = match format::parse(bytes) {
         Ok(p) => p,
         Err(e) => {
-            crate::api::log(log_level::ERROR, &format!("qnn-emu system: malformed binary: {e}"));
+            crate::api::log(
+                log_level::ERROR,
+                &format!("qnn-emu system: malformed binary: {e}"),
+            );
             return E_SYS_MALFORMED_BINARY;
         }
     };

@@ -102,7 +102,11 @@ pub fn graphs(s: &SynthSpec) -> (Option<Value>, Value, Value) {
             vec![rows, k]
         }
     };
-    let layout = if s.head_major { "head_major" } else { "pos_major" };
+    let layout = if s.head_major {
+        "head_major"
+    } else {
+        "pos_major"
+    };
     let io = s.io.as_str();
     let prefill = s.prefill.map(|p| {
         let inputs = vec![
@@ -134,7 +138,11 @@ pub fn graphs(s: &SynthSpec) -> (Option<Value>, Value, Value) {
     }
     let decode = json!({"name": format!("{}_decode", s.name), "kind": "decode", "seq": 1, "ctx": s.ctx,
                         "kv_layout": layout, "inputs": inputs, "outputs": outputs});
-    let lm_io = if io.starts_with('u') || io.starts_with('s') { "f16" } else { io };
+    let lm_io = if io.starts_with('u') || io.starts_with('s') {
+        "f16"
+    } else {
+        io
+    };
     let lmhead = json!({"name": format!("{}_lmhead", s.name), "kind": "lmhead", "seq": 1, "ctx": 0,
                         "inputs": [tensor("hidden", lm_io, &[s.hidden])],
                         "outputs": [tensor("logits", lm_io, &[s.vocab])]});
@@ -144,7 +152,12 @@ pub fn graphs(s: &SynthSpec) -> (Option<Value>, Value, Value) {
 /// Deterministic f32 weights for every tensor name the emulator reads.
 pub fn weights(s: &SynthSpec) -> Vec<(String, Vec<usize>, Vec<f32>)> {
     let mut rng = Rng::new(s.seed);
-    let (h, q, kv, f) = (s.hidden, s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim, s.ffn);
+    let (h, q, kv, f) = (
+        s.hidden,
+        s.n_heads * s.head_dim,
+        s.n_kv_heads * s.head_dim,
+        s.ffn,
+    );
     let mut out = Vec::new();
     let mut mat = |name: String, shape: Vec<usize>, scale: f32, rng: &mut Rng| {
         let n: usize = shape.iter().product();
@@ -171,6 +184,8 @@ pub fn weights(s: &SynthSpec) -> Vec<(String, Vec<usize>, Vec<f32>)> {
         mat(b("ffn_down.weight"), vec![h, f], wscale(f), &mut rng);
     }
     mat("output_norm.weight".into(), vec![h], 0.2, &mut rng);
+    // Untied head: a tied one makes a random model echo its last token forever.
+    mat("output.weight".into(), vec![s.vocab, h], 1.0, &mut rng);
     // Norm weights near 1 keep activations in range.
     for (name, _, v) in out.iter_mut() {
         if name.ends_with("norm.weight") {
@@ -237,33 +252,60 @@ pub fn write_bundle(dir: &Path, s: &SynthSpec) -> std::io::Result<PathBuf> {
     let w = weights(s);
     let (prefill, decode, lmhead) = graphs(s);
     let layer = |n: &str| n.starts_with("blk.");
-    let head = |n: &str| n == "output_norm.weight" || n == "token_embd.weight";
+    let head = |n: &str| n == "output_norm.weight" || n == "output.weight";
     let name = &s.name;
     let mut contexts = serde_json::Map::new();
     if let Some(p) = &prefill {
-        write_atomic(&dir.join(format!("{name}_prefill.bin")), &context_binary(s, &[p.clone()], &w, layer))?;
-        contexts.insert("prefill".into(), json!({"bin": format!("{name}_prefill.bin"), "graph": format!("{name}_prefill")}));
+        write_atomic(
+            &dir.join(format!("{name}_prefill.bin")),
+            &context_binary(s, std::slice::from_ref(p), &w, layer),
+        )?;
+        contexts.insert(
+            "prefill".into(),
+            json!({"bin": format!("{name}_prefill.bin"), "graph": format!("{name}_prefill")}),
+        );
     }
-    write_atomic(&dir.join(format!("{name}_decode.bin")), &context_binary(s, &[decode], &w, layer))?;
-    write_atomic(&dir.join(format!("{name}_lmhead.bin")), &context_binary(s, &[lmhead], &w, head))?;
-    contexts.insert("decode".into(), json!({"bin": format!("{name}_decode.bin"), "graph": format!("{name}_decode")}));
-    contexts.insert("lmhead".into(), json!({"bin": format!("{name}_lmhead.bin"), "graph": format!("{name}_lmhead")}));
+    write_atomic(
+        &dir.join(format!("{name}_decode.bin")),
+        &context_binary(s, &[decode], &w, layer),
+    )?;
+    write_atomic(
+        &dir.join(format!("{name}_lmhead.bin")),
+        &context_binary(s, &[lmhead], &w, head),
+    )?;
+    contexts.insert(
+        "decode".into(),
+        json!({"bin": format!("{name}_decode.bin"), "graph": format!("{name}_decode")}),
+    );
+    contexts.insert(
+        "lmhead".into(),
+        json!({"bin": format!("{name}_lmhead.bin"), "graph": format!("{name}_lmhead")}),
+    );
     let emb = &w[0].2;
     let (embed_file, embed_dtype, bytes): (String, &str, Vec<u8>) = if s.embed_f16 {
         (
             format!("{name}_embed_f16.bin"),
             "f16",
-            emb.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect(),
+            emb.iter()
+                .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+                .collect(),
         )
     } else {
-        (format!("{name}_embed_f32.bin"), "f32", emb.iter().flat_map(|v| v.to_le_bytes()).collect())
+        (
+            format!("{name}_embed_f32.bin"),
+            "f32",
+            emb.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        )
     };
     write_atomic(&dir.join(&embed_file), &bytes)?;
     match &s.tokenizer {
         Some(t) => {
             std::fs::copy(t, dir.join("tokenizer.json"))?;
         }
-        None => write_atomic(&dir.join("tokenizer.json"), tiny_tokenizer_json().as_bytes())?,
+        None => write_atomic(
+            &dir.join("tokenizer.json"),
+            tiny_tokenizer_json().as_bytes(),
+        )?,
     }
     let manifest = json!({
         "schema_version": 1,
@@ -277,7 +319,12 @@ pub fn write_bundle(dir: &Path, s: &SynthSpec) -> std::io::Result<PathBuf> {
         "source": {"writer": "qnn_emu::writer (synthetic)", "seed": s.seed},
     });
     let mpath = dir.join(format!("{name}.json"));
-    write_atomic(&mpath, serde_json::to_string_pretty(&manifest).expect("json").as_bytes())?;
+    write_atomic(
+        &mpath,
+        serde_json::to_string_pretty(&manifest)
+            .expect("json")
+            .as_bytes(),
+    )?;
     Ok(mpath)
 }
 
@@ -305,8 +352,11 @@ pub const TINY_VOCAB: usize = 258;
 /// A byte-level BPE tokenizer with no merges: every UTF-8 byte is one token.
 pub fn tiny_tokenizer_json() -> String {
     let chars = byte_chars();
-    let vocab: serde_json::Map<String, Value> =
-        chars.iter().enumerate().map(|(i, c)| (c.to_string(), json!(i))).collect();
+    let vocab: serde_json::Map<String, Value> = chars
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.to_string(), json!(i)))
+        .collect();
     let added = |id: usize, content: &str| {
         json!({"id": id, "content": content, "single_word": false, "lstrip": false, "rstrip": false,
                "normalized": false, "special": true})

@@ -1,0 +1,482 @@
+//! Bad-input catalogue: every case must end with a one-line error that names the file,
+//! graph, tensor or field at fault, exit code 1 or 2, no panic, and nothing on stdout.
+
+mod common;
+
+use common::*;
+use qnn_emu::writer::SynthSpec;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+struct Case {
+    name: &'static str,
+    /// Positional args after the program: manifest, backend, system, root, n, prompt.
+    args: Vec<String>,
+    env: Vec<(&'static str, String)>,
+    code: i32,
+    needles: Vec<&'static str>,
+}
+
+fn edit_json(path: &Path, f: impl FnOnce(&mut serde_json::Value)) {
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    f(&mut v);
+    std::fs::write(path, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+}
+
+/// A fresh copy of the tiny bundle for one case.
+fn fresh(tag: &str) -> (PathBuf, PathBuf) {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tag: String = tag
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    bundle(&format!("bad-{n:02}-{tag}"), &SynthSpec::default())
+}
+
+fn std_args(m: &Path, root: &Path, n: &str, prompt: &str) -> Vec<String> {
+    let lib = emu().display().to_string();
+    vec![
+        m.display().to_string(),
+        lib.clone(),
+        lib,
+        root.display().to_string(),
+        n.into(),
+        prompt.into(),
+    ]
+}
+
+fn manifest_case(
+    name: &'static str,
+    f: impl FnOnce(&mut serde_json::Value),
+    needles: Vec<&'static str>,
+) -> Case {
+    let (d, m) = fresh(name);
+    edit_json(&m, f);
+    Case {
+        name,
+        args: std_args(&m, &d, "4", "hi"),
+        env: vec![],
+        code: 1,
+        needles,
+    }
+}
+
+fn remove(v: &mut serde_json::Value, path: &[&str]) {
+    let mut cur = v;
+    for k in &path[..path.len() - 1] {
+        cur = cur.get_mut(*k).unwrap();
+    }
+    cur.as_object_mut().unwrap().remove(path[path.len() - 1]);
+}
+
+fn cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    let lib = emu().display().to_string();
+
+    // --- libraries ---
+    let (d, m) = fresh("libpath");
+    v.push(Case {
+        name: "backend library path does not exist",
+        args: vec![
+            m.display().to_string(),
+            "/nonexistent/libQnnHtp.so".into(),
+            lib.clone(),
+            d.display().to_string(),
+            "4".into(),
+            "hi".into(),
+        ],
+        env: vec![],
+        code: 1,
+        needles: vec!["/nonexistent/libQnnHtp.so"],
+    });
+    let (d, m) = fresh("syspath");
+    v.push(Case {
+        name: "system library path does not exist",
+        args: vec![
+            m.display().to_string(),
+            lib.clone(),
+            "/nonexistent/libQnnSystem.so".into(),
+            d.display().to_string(),
+            "4".into(),
+            "hi".into(),
+        ],
+        env: vec![],
+        code: 1,
+        needles: vec!["/nonexistent/libQnnSystem.so"],
+    });
+    let (d, m) = fresh("notlib");
+    v.push(Case {
+        name: "backend path is not a library",
+        args: vec![
+            m.display().to_string(),
+            m.display().to_string(),
+            lib.clone(),
+            d.display().to_string(),
+            "4".into(),
+            "hi".into(),
+        ],
+        env: vec![],
+        code: 1,
+        needles: vec!["tiny.json"],
+    });
+    let (d, m) = fresh("nosym");
+    let libc = [
+        "/lib/x86_64-linux-gnu/libm.so.6",
+        "/usr/lib/x86_64-linux-gnu/libm.so.6",
+        "/lib/aarch64-linux-gnu/libm.so.6",
+    ]
+    .into_iter()
+    .find(|p| Path::new(p).exists())
+    .unwrap_or("/lib/x86_64-linux-gnu/libm.so.6");
+    v.push(Case {
+        name: "library without the QNN symbol",
+        args: vec![
+            m.display().to_string(),
+            libc.into(),
+            lib.clone(),
+            d.display().to_string(),
+            "4".into(),
+            "hi".into(),
+        ],
+        env: vec![],
+        code: 1,
+        needles: vec!["QnnInterface_getProviders", "libm"],
+    });
+    for (name, ver) in [
+        ("backend reports API 1.x", "1.15.0"),
+        ("backend reports API 2.7", "2.7.2"),
+    ] {
+        let (d, m) = fresh(if ver.starts_with('1') {
+            "api1"
+        } else {
+            "api27"
+        });
+        v.push(Case {
+            name,
+            args: std_args(&m, &d, "4", "hi"),
+            env: vec![("QNN_EMU_CORE_API", ver.into())],
+            code: 1,
+            needles: vec!["libqnn_emu", ver, "2.10"],
+        });
+    }
+    let (d, m) = fresh("sysapi");
+    v.push(Case {
+        name: "system library reports API 0.x",
+        args: std_args(&m, &d, "4", "hi"),
+        env: vec![("QNN_EMU_SYSTEM_API", "0.9.0".into())],
+        code: 1,
+        needles: vec!["system API 0.9.0"],
+    });
+
+    // --- paths and arguments ---
+    let (d, _) = fresh("nomanifest");
+    v.push(Case {
+        name: "missing manifest file",
+        args: std_args(&d.join("absent.json"), &d, "4", "hi"),
+        env: vec![],
+        code: 1,
+        needles: vec!["absent.json"],
+    });
+    let (_d, m) = fresh("rootfile");
+    v.push(Case {
+        name: "artifacts_root is not a directory",
+        args: std_args(&m, &m, "4", "hi"),
+        env: vec![],
+        code: 1,
+        needles: vec!["artifacts root", "tiny.json"],
+    });
+    for (tag, n, needle) in [
+        ("n0", "0", "at least 1"),
+        ("nneg", "-3", "-3"),
+        ("nword", "many", "many"),
+        ("nhuge", "99999999999", "99999999999"),
+    ] {
+        let (d, m) = fresh(tag);
+        v.push(Case {
+            name: "bad n_tokens",
+            args: std_args(&m, &d, n, "hi"),
+            env: vec![],
+            code: 2,
+            needles: vec![needle],
+        });
+    }
+    let (d, m) = fresh("noprompt");
+    let mut a = std_args(&m, &d, "4", "hi");
+    a.pop();
+    v.push(Case {
+        name: "no prompt",
+        args: a,
+        env: vec![],
+        code: 2,
+        needles: vec!["prompt"],
+    });
+
+    // --- manifest content ---
+    let (d, m) = fresh("empty");
+    std::fs::write(&m, "").unwrap();
+    v.push(Case {
+        name: "empty manifest",
+        args: std_args(&m, &d, "4", "hi"),
+        env: vec![],
+        code: 1,
+        needles: vec!["tiny.json", "empty"],
+    });
+    let (d, m) = fresh("notjson");
+    std::fs::write(&m, "this is { not json").unwrap();
+    v.push(Case {
+        name: "manifest is not JSON",
+        args: std_args(&m, &d, "4", "hi"),
+        env: vec![],
+        code: 1,
+        needles: vec!["tiny.json", "line 1"],
+    });
+    v.push(manifest_case(
+        "schema",
+        |j| j["schema_version"] = 7.into(),
+        vec!["schema_version", "7"],
+    ));
+    for field in [
+        "hidden",
+        "vocab",
+        "n_layers",
+        "n_heads",
+        "n_kv_heads",
+        "head_dim",
+        "max_ctx",
+        "rope_theta",
+        "eos_token_id",
+    ] {
+        v.push(manifest_case(
+            "missing param",
+            move |j| remove(j, &["params", field]),
+            vec!["params", field],
+        ));
+    }
+    v.push(manifest_case(
+        "missing artifacts",
+        |j| remove(j, &["artifacts"]),
+        vec!["artifacts"],
+    ));
+    v.push(manifest_case(
+        "missing tokenizer field",
+        |j| remove(j, &["artifacts", "tokenizer"]),
+        vec!["artifacts", "tokenizer"],
+    ));
+    v.push(manifest_case(
+        "missing lmhead",
+        |j| remove(j, &["artifacts", "contexts", "lmhead"]),
+        vec!["contexts", "lmhead"],
+    ));
+    v.push(manifest_case(
+        "missing decode",
+        |j| remove(j, &["artifacts", "contexts", "decode"]),
+        vec!["contexts", "decode"],
+    ));
+    v.push(manifest_case(
+        "wrong type",
+        |j| j["params"]["hidden"] = "32".into(),
+        vec!["params.hidden"],
+    ));
+    v.push(manifest_case(
+        "negative dim",
+        |j| j["params"]["n_heads"] = (-4).into(),
+        vec!["params.n_heads"],
+    ));
+    v.push(manifest_case(
+        "zero dim",
+        |j| j["params"]["head_dim"] = 0.into(),
+        vec!["params.head_dim"],
+    ));
+    v.push(manifest_case(
+        "unknown arch",
+        |j| j["model"]["arch"] = "mamba".into(),
+        vec!["model.arch", "mamba"],
+    ));
+    v.push(manifest_case(
+        "vocab vs embed size",
+        |j| j["params"]["vocab"] = 300.into(),
+        vec!["tiny_embed_f32.bin", "vocab 300"],
+    ));
+    v.push(manifest_case(
+        "hidden vs graph dims",
+        |j| j["params"]["hidden"] = 40.into(),
+        vec!["tiny_embed_f32.bin"],
+    ));
+    v.push(manifest_case(
+        "layers vs graph",
+        |j| j["params"]["n_layers"] = 3.into(),
+        vec!["graph tiny_", "new_k_2"],
+    ));
+    v.push(manifest_case(
+        "graph name mismatch",
+        |j| j["artifacts"]["contexts"]["decode"]["graph"] = "nope".into(),
+        vec!["tiny_decode.bin", "nope"],
+    ));
+    v.push(manifest_case(
+        "missing context binary",
+        |j| j["artifacts"]["contexts"]["decode"]["bin"] = "gone.bin".into(),
+        vec!["gone.bin"],
+    ));
+    v.push(manifest_case(
+        "missing embed file",
+        |j| j["artifacts"]["embed"]["file"] = "gone_embed.bin".into(),
+        vec!["gone_embed.bin"],
+    ));
+    v.push(manifest_case(
+        "missing tokenizer file",
+        |j| j["artifacts"]["tokenizer"] = "gone_tok.json".into(),
+        vec!["gone_tok.json"],
+    ));
+    v.push(manifest_case(
+        "eos outside vocab",
+        |j| j["params"]["eos_token_id"] = 5000.into(),
+        vec!["eos_token_id", "5000"],
+    ));
+
+    // --- artifact content ---
+    let (d, m) = fresh("truncbin");
+    let b = d.join("tiny_decode.bin");
+    let bytes = std::fs::read(&b).unwrap();
+    std::fs::write(&b, &bytes[..bytes.len() / 2]).unwrap();
+    v.push(Case {
+        name: "truncated context binary",
+        args: std_args(&m, &d, "4", "hi"),
+        env: vec![],
+        code: 1,
+        needles: vec!["tiny_decode.bin"],
+    });
+    let (d, m) = fresh("emptybin");
+    std::fs::write(d.join("tiny_lmhead.bin"), b"").unwrap();
+    v.push(Case {
+        name: "empty context binary",
+        args: std_args(&m, &d, "4", "hi"),
+        env: vec![],
+        code: 1,
+        needles: vec!["tiny_lmhead.bin", "empty"],
+    });
+    let (d, m) = fresh("garbagebin");
+    std::fs::write(d.join("tiny_prefill.bin"), vec![0x5Au8; 1 << 16]).unwrap();
+    v.push(Case {
+        name: "garbage context binary",
+        args: std_args(&m, &d, "4", "hi"),
+        env: vec![],
+        code: 1,
+        needles: vec!["tiny_prefill.bin", "30010"],
+    });
+    let (d, m) = fresh("badtok");
+    std::fs::write(d.join("tokenizer.json"), "{\"version\": ").unwrap();
+    v.push(Case {
+        name: "corrupt tokenizer.json",
+        args: std_args(&m, &d, "4", "hi"),
+        env: vec![],
+        code: 1,
+        needles: vec!["tokenizer.json"],
+    });
+    let (d, m) = fresh("longprompt");
+    v.push(Case {
+        name: "prompt longer than max_ctx",
+        args: std_args(&m, &d, "4", &"x".repeat(200)),
+        env: vec![],
+        code: 1,
+        needles: vec!["200 tokens", "max_ctx 64"],
+    });
+
+    // --- injected QNN failures ---
+    for (tag, knob, needles) in [
+        (
+            "f1002",
+            "contextCreateFromBinary=1002",
+            vec!["1002", "QNN_COMMON_ERROR_MEM_ALLOC", "tiny_"],
+        ),
+        (
+            "f5000",
+            "contextCreateFromBinary=5000",
+            vec!["5000", "creating context from"],
+        ),
+        (
+            "f3ea",
+            "contextCreateFromBinary=0x3ea",
+            vec!["0x3ea", "hint"],
+        ),
+        (
+            "fretr",
+            "graphRetrieve=6002",
+            vec!["6002", "retrieving graph"],
+        ),
+        (
+            "fexec",
+            "graphExecute=6031",
+            vec!["6031", "executing graph"],
+        ),
+        (
+            "fback",
+            "backendCreate=4000",
+            vec!["4000", "ADSP_LIBRARY_PATH"],
+        ),
+        (
+            "finfo",
+            "getBinaryInfo=30002",
+            vec!["30002", "reading binary info"],
+        ),
+    ] {
+        let (d, m) = fresh(tag);
+        v.push(Case {
+            name: "injected QNN failure",
+            args: std_args(&m, &d, "4", "hi"),
+            env: vec![("QNN_EMU_FAIL", knob.into())],
+            code: 1,
+            needles,
+        });
+    }
+    let (d, m) = fresh("nan");
+    v.push(Case {
+        name: "NaN logits from the lm-head",
+        args: std_args(&m, &d, "8", "hi"),
+        env: vec![("QNN_EMU_NAN", "lmhead@5".into())],
+        code: 1,
+        needles: vec!["step 5", "tiny_lmhead", "non-finite"],
+    });
+    v
+}
+
+#[test]
+fn bad_input_catalogue() {
+    let cases = cases();
+    let n = cases.len();
+    let mut failures = Vec::new();
+    for c in cases {
+        let mut cmd = Command::new(bin());
+        cmd.args(&c.args);
+        for (k, val) in &c.env {
+            cmd.env(k, val);
+        }
+        let o = cmd.output().expect("spawn");
+        let err = stderr(&o);
+        let lines: Vec<&str> = err.lines().filter(|l| !l.starts_with("qhx ")).collect();
+        let mut why = Vec::new();
+        if o.status.code() != Some(c.code) {
+            why.push(format!("exit {:?}, want {}", o.status.code(), c.code));
+        }
+        if err.contains("panicked") || err.contains("RUST_BACKTRACE") {
+            why.push("panicked".into());
+        }
+        if lines.len() != 1 {
+            why.push(format!("{} stderr lines", lines.len()));
+        }
+        for needle in &c.needles {
+            if !err.contains(needle) {
+                why.push(format!("no {needle:?}"));
+            }
+        }
+        if c.name != "NaN logits from the lm-head" && !o.stdout.is_empty() {
+            why.push(format!("stdout not empty: {:?}", stdout(&o)));
+        }
+        if !why.is_empty() {
+            failures.push(format!("[{}] {}: {}", c.name, why.join(", "), err.trim()));
+        }
+    }
+    println!("bad-input catalogue: {n} cases, {} failed", failures.len());
+    assert!(n >= 40, "catalogue has only {n} cases");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
