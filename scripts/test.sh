@@ -24,7 +24,7 @@ cache=${QHX_CACHE:-$HOME/.cache/qhx}
 echo "== cargo test (release)" >&2
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-cargo test --release --workspace 2>&1 | tee "$log"
+cargo test --release --workspace --no-fail-fast 2>&1 | tee "$log"
 sum() { grep -E '^test result:' "$log" | sed -E "s/.* ([0-9]+) $1.*/\1/" | awk '{s+=$1} END {print s+0}'; }
 passed=$(sum passed)
 failed=$(sum failed)

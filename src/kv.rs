@@ -48,18 +48,12 @@ impl KvShape {
         })
     }
 
-    /// Element ranges (start, len) making up position `row`.
-    fn segments(&self, row: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
-        let (k, hd) = (self.n_kv * self.head_dim, self.head_dim);
-        let n = if self.layout == KvLayout::PosMajor {
-            1
-        } else {
-            self.n_kv
-        };
-        (0..n).map(move |g| match self.layout {
-            KvLayout::PosMajor => (row * k, k),
-            KvLayout::HeadMajor => ((g * self.rows + row) * hd, hd),
-        })
+    /// Element offset of KV head `g` at position `row` (head_dim elements follow).
+    fn offset(&self, row: usize, g: usize) -> usize {
+        match self.layout {
+            KvLayout::PosMajor => (row * self.n_kv + g) * self.head_dim,
+            KvLayout::HeadMajor => (g * self.rows + row) * self.head_dim,
+        }
     }
 }
 
@@ -71,8 +65,16 @@ pub fn copy_rows(
     n: usize,
     scratch: &mut Vec<f32>,
 ) {
+    // Position-major on both sides: a position is one contiguous run of K elements.
+    let whole = ss.layout == KvLayout::PosMajor && ds.layout == KvLayout::PosMajor;
+    let (heads, len) = if whole {
+        (1, ss.n_kv * ss.head_dim)
+    } else {
+        (ss.n_kv, ss.head_dim)
+    };
     for r in 0..n {
-        for ((so, len), (do_, _)) in ss.segments(src_row0 + r).zip(ds.segments(dst_row0 + r)) {
+        for g in 0..heads {
+            let (so, do_) = (ss.offset(src_row0 + r, g), ds.offset(dst_row0 + r, g));
             match (src, &mut *dst) {
                 (Typed::F32(s), TypedMut::F32(d)) => {
                     d[do_..do_ + len].copy_from_slice(&s[so..so + len])
