@@ -187,3 +187,33 @@ fn emulator_handles_are_all_freed_in_order() {
     assert!(pos("free device") < pos("free backend"));
     assert!(pos("free backend") < pos("free log"));
 }
+
+#[test]
+fn handles_are_freed_on_error_paths_too() {
+    for (tag, knob) in [
+        ("trace-exec", "graphExecute@3=6031"),
+        ("trace-retrieve", "graphRetrieve@1=6002"),
+        ("trace-ctx", "contextCreateFromBinary@2=1002"),
+    ] {
+        let (dir, m) = bundle(tag, &SynthSpec::default());
+        let trace = dir.join("trace.json");
+        let o = generate(
+            &m,
+            &dir,
+            "6",
+            "fail",
+            &[],
+            &[
+                ("QNN_EMU_TRACE", trace.to_str().unwrap()),
+                ("QNN_EMU_FAIL", knob),
+            ],
+        );
+        assert_eq!(o.status.code(), Some(1), "{knob}: {}", stderr(&o));
+        let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+        for (k, v) in t["live"].as_object().unwrap() {
+            assert_eq!(v, 0, "{knob}: {k} handles left live: {t}");
+        }
+        let ev = t["events"].to_string();
+        assert!(!ev.contains("bad free"), "{knob}: {ev}");
+    }
+}

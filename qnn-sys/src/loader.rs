@@ -60,6 +60,46 @@ fn open(path: &Path) -> Result<libloading::Library, LoadError> {
     })
 }
 
+/// Call a library's `*_getProviders` and return its non-null provider pointers.
+fn provider_list<T>(
+    lib: &libloading::Library,
+    path: &Path,
+    what: &'static str,
+    symbol: &'static str,
+) -> Result<Vec<*const T>, LoadError> {
+    type GetProviders<T> = unsafe extern "C" fn(*mut *const *const T, *mut u32) -> u64;
+    let name = format!("{symbol}\0");
+    // SAFETY: both getProviders symbols have this shape (QnnInterface.h /
+    // QnnSystemInterface.h), with T the provider struct of that library.
+    let get: libloading::Symbol<GetProviders<T>> =
+        unsafe { lib.get(name.as_bytes()) }.map_err(|_| LoadError::MissingSymbol {
+            path: path.to_path_buf(),
+            what,
+            symbol,
+        })?;
+    let mut list: *const *const T = std::ptr::null();
+    let mut n: u32 = 0;
+    // SAFETY: both out-params point to live locals of the documented types.
+    let status = QnnStatus(unsafe { get(&mut list, &mut n) });
+    if !status.is_ok() {
+        return Err(LoadError::GetProviders {
+            path: path.to_path_buf(),
+            symbol,
+            status,
+        });
+    }
+    if list.is_null() || n == 0 {
+        return Err(LoadError::NoProviders {
+            path: path.to_path_buf(),
+            what,
+        });
+    }
+    // SAFETY: the library wrote an array of `n` provider pointers that lives as long as
+    // the library stays loaded.
+    let all = unsafe { std::slice::from_raw_parts(list, n as usize) };
+    Ok(all.iter().copied().filter(|p| !p.is_null()).collect())
+}
+
 /// A loaded backend library (e.g. libQnnHtp.so) and its selected interface provider.
 pub struct BackendLibrary {
     provider: *const QnnInterface,
@@ -86,39 +126,10 @@ impl BackendLibrary {
     /// API major 2 and minor >= [`MIN_CORE_API`].minor.
     pub fn load(path: &Path) -> Result<Self, LoadError> {
         let lib = open(path)?;
-        // SAFETY: the symbol is declared with the signature QnnInterface.h gives it.
-        let get: libloading::Symbol<QnnInterfaceGetProvidersFn> = unsafe {
-            lib.get(b"QnnInterface_getProviders\0")
-        }
-        .map_err(|_| LoadError::MissingSymbol {
-            path: path.to_path_buf(),
-            what: "backend",
-            symbol: "QnnInterface_getProviders",
-        })?;
-        let mut list: *const *const QnnInterface = std::ptr::null();
-        let mut n: u32 = 0;
-        // SAFETY: both out-params point to live locals of the documented types.
-        let status = QnnStatus(unsafe { get(&mut list, &mut n) });
-        if !status.is_ok() {
-            return Err(LoadError::GetProviders {
-                path: path.to_path_buf(),
-                symbol: "QnnInterface_getProviders",
-                status,
-            });
-        }
-        if list.is_null() || n == 0 {
-            return Err(LoadError::NoProviders {
-                path: path.to_path_buf(),
-                what: "backend",
-            });
-        }
+        let providers =
+            provider_list::<QnnInterface>(&lib, path, "backend", "QnnInterface_getProviders")?;
         let mut last_version = None;
-        for i in 0..n as usize {
-            // SAFETY: the library wrote an array of `n` provider pointers.
-            let p = unsafe { *list.add(i) };
-            if p.is_null() {
-                continue;
-            }
+        for p in providers {
             // SAFETY: a non-null provider points to a library-owned QnnInterface_t; its
             // header (first 40 bytes) is the same in every API 2.x version.
             let (backend_id, name_ptr, api) =
@@ -182,39 +193,14 @@ impl SystemLibrary {
     /// Open `path` and take the first provider with system API major 1, minor >= 1.
     pub fn load(path: &Path) -> Result<Self, LoadError> {
         let lib = open(path)?;
-        // SAFETY: declared with the signature QnnSystemInterface.h gives it.
-        let get: libloading::Symbol<QnnSystemInterfaceGetProvidersFn> = unsafe {
-            lib.get(b"QnnSystemInterface_getProviders\0")
-        }
-        .map_err(|_| LoadError::MissingSymbol {
-            path: path.to_path_buf(),
-            what: "system",
-            symbol: "QnnSystemInterface_getProviders",
-        })?;
-        let mut list: *const *const QnnSystemInterface = std::ptr::null();
-        let mut n: u32 = 0;
-        // SAFETY: out-params point to live locals.
-        let status = QnnStatus(unsafe { get(&mut list, &mut n) });
-        if !status.is_ok() {
-            return Err(LoadError::GetProviders {
-                path: path.to_path_buf(),
-                symbol: "QnnSystemInterface_getProviders",
-                status,
-            });
-        }
-        if list.is_null() || n == 0 {
-            return Err(LoadError::NoProviders {
-                path: path.to_path_buf(),
-                what: "system",
-            });
-        }
+        let providers = provider_list::<QnnSystemInterface>(
+            &lib,
+            path,
+            "system",
+            "QnnSystemInterface_getProviders",
+        )?;
         let mut last_version = None;
-        for i in 0..n as usize {
-            // SAFETY: array of `n` provider pointers written by the library.
-            let p = unsafe { *list.add(i) };
-            if p.is_null() {
-                continue;
-            }
+        for p in providers {
             // SAFETY: the 32-byte header is stable across system API 1.x.
             let (name_ptr, api) = unsafe { ((*p).provider_name, (*p).system_api_version) };
             if api.major != MIN_SYSTEM_API.major || api.minor < MIN_SYSTEM_API.minor {
