@@ -217,3 +217,44 @@ fn handles_are_freed_on_error_paths_too() {
         assert!(!ev.contains("bad free"), "{knob}: {ev}");
     }
 }
+
+#[test]
+fn expect_tokens_exits_0_on_match_and_3_on_divergence() {
+    let (dir, m) = bundle("expect", &SynthSpec::default());
+    let o = generate(&m, &dir, "6", "parity", &["--json"], &[]);
+    let got: Vec<String> = ids(&json(&o), "output_ids")
+        .iter()
+        .map(|x| x.to_string())
+        .collect();
+    let list = got.join(",");
+    let ok = generate(&m, &dir, "64", "parity", &["--expect-tokens", &list], &[]);
+    assert_eq!(ok.status.code(), Some(0), "{}", stderr(&ok));
+    assert!(
+        stderr(&ok).contains("parity: 6/6 tokens match"),
+        "{}",
+        stderr(&ok)
+    );
+    // A golden file with one id changed at step 4.
+    let mut changed: Vec<u64> = got.iter().map(|x| x.parse().unwrap()).collect();
+    changed[4] = (changed[4] + 1) % 256;
+    let f = dir.join("golden.json");
+    std::fs::write(&f, serde_json::json!({ "gold_ids": changed }).to_string()).unwrap();
+    let bad = generate(
+        &m,
+        &dir,
+        "64",
+        "parity",
+        &["--expect-tokens", f.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(bad.status.code(), Some(3), "{}", stderr(&bad));
+    let line = stderr(&bad)
+        .lines()
+        .find(|l| l.starts_with("parity:"))
+        .unwrap()
+        .to_string();
+    assert!(
+        line.contains("step 4") && line.contains(&format!("expected {}", changed[4])),
+        "{line}"
+    );
+}

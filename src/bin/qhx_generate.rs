@@ -1,7 +1,8 @@
 //! `qhx_generate <manifest> <backend_lib> <system_lib> <artifacts_root> [n_tokens] [prompt]`
 //!
 //! stdout carries the generated text only (or the one `--json` document); the banner,
-//! logs and the stats line go to stderr. Exit codes: 0 ok, 1 failure, 2 usage.
+//! logs and the stats line go to stderr. Exit codes: 0 ok, 1 failure, 2 usage, 3 parity
+//! mismatch (`--expect-tokens`).
 
 use anyhow::{bail, Context as _, Result};
 use clap::Parser;
@@ -47,6 +48,55 @@ struct Args {
     /// Keep going when logits or hidden states contain NaN/Inf.
     #[arg(long)]
     allow_nonfinite: bool,
+    /// Parity mode: greedy-generate as many tokens as given and exit 3 at the first
+    /// divergence. Takes a comma list of ids, or a JSON file (an array, or an object with
+    /// `gold_ids` / `gold_ids_prefix` / `output_ids`).
+    #[arg(long, value_name = "IDS|FILE")]
+    expect_tokens: Option<String>,
+}
+
+/// Parse `--expect-tokens`: a file path or a comma-separated id list.
+fn parse_expected(spec: &str) -> Result<Vec<u32>> {
+    let p = std::path::Path::new(spec);
+    if p.is_file() {
+        let bytes = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
+        let v: serde_json::Value = serde_json::from_slice(&bytes)
+            .with_context(|| format!("{} is not JSON", p.display()))?;
+        let arr = match &v {
+            serde_json::Value::Array(_) => &v,
+            obj => ["gold_ids", "gold_ids_prefix", "output_ids"]
+                .iter()
+                .find_map(|k| obj.get(*k))
+                .with_context(|| {
+                    format!(
+                        "{}: no gold_ids, gold_ids_prefix or output_ids array",
+                        p.display()
+                    )
+                })?,
+        };
+        let ids = arr
+            .as_array()
+            .with_context(|| format!("{}: expected ids must be an array", p.display()))?
+            .iter()
+            .map(|x| x.as_u64().and_then(|x| u32::try_from(x).ok()))
+            .collect::<Option<Vec<u32>>>()
+            .with_context(|| format!("{}: ids must be non-negative integers", p.display()))?;
+        if ids.is_empty() {
+            bail!("{}: no expected ids", p.display());
+        }
+        return Ok(ids);
+    }
+    let ids = spec
+        .split(',')
+        .map(|t| t.trim().parse::<u32>())
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|_| {
+            anyhow::anyhow!("--expect-tokens {spec:?} is neither a file nor a comma list of ids")
+        })?;
+    if ids.is_empty() {
+        bail!("--expect-tokens: no ids");
+    }
+    Ok(ids)
 }
 
 fn parse_n_tokens(s: &str) -> std::result::Result<usize, String> {
@@ -169,7 +219,12 @@ fn run(args: Args) -> Result<ExitCode> {
         );
     }
     let budget = model.max_ctx - ids.len();
-    let mut n_tokens = args.n_tokens;
+    let expected = args
+        .expect_tokens
+        .as_deref()
+        .map(parse_expected)
+        .transpose()?;
+    let mut n_tokens = expected.as_ref().map_or(args.n_tokens, Vec::len);
     if n_tokens > budget {
         eprintln!(
             "qhx: warning: n_tokens {} clamped to {budget} (prompt {} + generated must fit max_ctx {})",
@@ -249,5 +304,24 @@ fn run(args: Args) -> Result<ExitCode> {
     }
     out.flush()?;
     eprintln!("{} finish={}", stats.line(), finish.as_str());
+    if let Some(exp) = expected {
+        let got = &output.output_ids;
+        let piece = |id: Option<&u32>| match id {
+            Some(&t) => format!("{t} {:?}", model.tokenizer.decode(&[t]).unwrap_or_default()),
+            None => "nothing (generation ended)".to_string(),
+        };
+        match (0..exp.len()).find(|&i| got.get(i) != Some(&exp[i])) {
+            None => eprintln!("parity: {}/{} tokens match", exp.len(), exp.len()),
+            Some(i) => {
+                eprintln!(
+                    "parity: mismatch at step {i} of {}: expected {}, got {}",
+                    exp.len(),
+                    piece(exp.get(i)),
+                    piece(got.get(i))
+                );
+                return Ok(ExitCode::from(3));
+            }
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
