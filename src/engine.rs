@@ -161,7 +161,7 @@ impl<'m> Engine<'m> {
                 break FinishReason::CtxFull;
             }
             self.decode_step(tok)?;
-            tok = self.lm_head_from_decode(out.len(), cfg)?;
+            tok = self.sample_logits(out.len(), cfg)?;
         };
         stats.decode_ms = ms(t1);
         stats.generated_tokens = out.len();
@@ -288,10 +288,6 @@ impl<'m> Engine<'m> {
         self.last_step_bytes = bytes;
         self.pos = p + 1;
         Ok(())
-    }
-
-    fn lm_head_from_decode(&mut self, step: usize, cfg: &GenConfig) -> Result<u32> {
-        self.sample_logits(step, cfg)
     }
 
     /// Execute the lm-head on its current input and pick the next token.

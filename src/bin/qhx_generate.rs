@@ -267,11 +267,8 @@ fn run(args: Args) -> Result<ExitCode> {
             return Err(e.into());
         }
     };
-    let mut stats = output.stats.clone();
-    if output.finish == qhx::engine::FinishReason::Length && n_tokens < args.n_tokens {
-        // The clamp, not the request, ended the run.
-        stats.finish();
-    }
+    let stats = &output.stats;
+    // When the context clamp, not the request, ended the run, say so.
     let finish = if output.finish == qhx::engine::FinishReason::Length && n_tokens < args.n_tokens {
         qhx::engine::FinishReason::CtxFull
     } else {
