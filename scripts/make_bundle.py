@@ -387,7 +387,9 @@ def build_tokenizer(m: Model) -> dict:
 
     vocab = {}
     for i, tok in enumerate(tokens):
-        s = spelled(tok)
+        # A control token outside the byte alphabet (DeepSeek's '<｜User｜>') keeps its raw text
+        # as vocab key: `tokenizers` binds an added token to the vocab id of its content.
+        s = tok if types[i] == TOKEN_CONTROL else spelled(tok)
         if s in vocab:
             log(f"warning: token {i} {tok!r} duplicates token {vocab[s]}; the later id wins")
         vocab[s] = i
@@ -395,9 +397,8 @@ def build_tokenizer(m: Model) -> dict:
     added = []
     for i, (tok, ty) in enumerate(zip(tokens, types)):
         if ty == TOKEN_CONTROL:
-            if not set(tok) <= alphabet:  # a mislabelled control token outside the byte alphabet
-                log(f"warning: control token {i} {tok!r} is not byte-level text; not added")
-                continue
+            # Added tokens match raw text, so non-byte-alphabet spellings such as
+            # DeepSeek's '<｜User｜>' are fine here (the vocab gets the byte-level spelling).
             special = True
         elif ty == TOKEN_USER_DEFINED:
             if tok not in vocab:

