@@ -59,6 +59,11 @@ def run(args, d, man, g, extra):
 def check(args, g, io, label):
     """One golden through one bundle: (ok, why, agreeing steps, steps, f16 tie?)."""
     d, man = manifest(args.bundles, g["family"], io)
+    # The golden records which weights made it; a bundle built from other weights fails here.
+    src = json.load(open(man, encoding="utf-8")).get("source", {})
+    for key in ("weights_sha256", "gguf_sha256"):
+        if key in g["how_made"] and src.get(key) != g["how_made"][key]:
+            return False, f"{key} of the bundle ({str(src.get(key))[:12]}) differs from the golden's ({g['how_made'][key][:12]}): weights drifted", 0, 0, False
     if io == "f32":
         r = run(args, d, man, g, ["--expect-tokens", ",".join(map(str, g["gold_ids"])), "--json"])
         out = json.loads(r.stdout) if r.stdout.strip().startswith("{") else None
