@@ -40,6 +40,7 @@ impl FinishReason {
 #[derive(Debug, Clone)]
 pub struct GenConfig {
     pub n_tokens: usize,
+    pub sampler: crate::sampler::SamplerConfig,
     pub allow_nonfinite: bool,
     /// Do not stop at end tokens (parity runs against references that ignore EOS).
     pub ignore_eos: bool,
@@ -67,6 +68,9 @@ pub struct Engine<'m> {
     lm: Binding,
     logits: Vec<f32>,
     hidden: Vec<f32>,
+    sampler: crate::sampler::Sampler,
+    /// Every token fed or generated since the last reset (for the repetition penalty).
+    history: Vec<u32>,
     scratch: Vec<f32>,
     /// Tokens whose K/V are in the decode cache.
     pos: usize,
@@ -90,6 +94,8 @@ impl<'m> Engine<'m> {
             lm: Binding::new(&m.lmhead.desc),
             logits: vec![0.0; p.vocab],
             hidden: vec![0.0; p.hidden],
+            sampler: crate::sampler::Sampler::new(Default::default()),
+            history: Vec::new(),
             scratch: Vec::new(),
             pos: 0,
             allow_nonfinite: false,
@@ -107,6 +113,7 @@ impl<'m> Engine<'m> {
         let n = mk.len();
         mk.fill(0, n, neg);
         self.pos = 0;
+        self.history.clear();
     }
 
     pub fn pos(&self) -> usize {
@@ -140,6 +147,10 @@ impl<'m> Engine<'m> {
             ..Default::default()
         };
         self.allow_nonfinite = cfg.allow_nonfinite;
+        if self.sampler.config() != &cfg.sampler {
+            self.sampler = crate::sampler::Sampler::new(cfg.sampler.clone());
+        }
+        self.history.extend_from_slice(ids);
         let t0 = Instant::now();
         self.run_prompt(ids)?;
         let mut tok = self.sample_logits(0, cfg)?;
@@ -147,7 +158,7 @@ impl<'m> Engine<'m> {
         stats.ttft_ms = tokenize_ms + stats.prefill_ms;
         let t1 = Instant::now();
         let mut out = Vec::new();
-        let eos = &m.manifest.eos;
+        let eos = &m.eos;
         let finish = loop {
             out.push(tok);
             if !cfg.ignore_eos && eos.contains(&tok) {
@@ -308,7 +319,9 @@ impl<'m> Engine<'m> {
                 });
             }
         }
-        Ok(sampler::argmax(&self.logits))
+        let tok = self.sampler.sample(&mut self.logits, &self.history);
+        self.history.push(tok);
+        Ok(tok)
     }
 
     fn check_finite_hidden(&self, graph: &str, step: usize, pos: usize) -> Result<()> {

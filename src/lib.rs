@@ -4,6 +4,7 @@
 //! KV bookkeeping, sampling and detokenization. [`model`] loads a bundle through QNN,
 //! [`engine`] runs the token loop, [`qnn`] is the safe wrapper over `qnn-sys`.
 
+pub mod cli;
 pub mod engine;
 pub mod error;
 pub mod kv;
@@ -13,6 +14,7 @@ pub mod ops;
 pub mod qnn;
 pub mod sampler;
 pub mod stats;
+pub mod stop;
 pub mod tokenizer;
 
 pub use error::{Error, Result};

@@ -45,6 +45,8 @@ pub struct Model {
     pub lmhead: LoadedGraph,
     pub embed: EmbedTable,
     pub tokenizer: Tokenizer,
+    /// End tokens: the manifest's eos ids plus the tokenizer's well-known end tokens.
+    pub eos: Vec<u32>,
     /// Effective context length: min(manifest max_ctx, decode graph capacity).
     pub max_ctx: usize,
     pub load_ms: f64,
@@ -284,6 +286,17 @@ fn layer_io(m: &Manifest, g: &GraphDesc, decode: bool) -> Result<LayerIo> {
     })
 }
 
+/// End-of-turn / end-of-text tokens of common chat models (Llama-3 instruct, DeepSeek-R1,
+/// ChatML): generation stops on them as on the manifest's eos ids.
+pub const END_TOKENS: &[&str] = &[
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|end_of_text|>",
+    "<｜end▁of▁sentence｜>",
+    "<|im_end|>",
+    "<|endoftext|>",
+];
+
 pub struct LoadOptions {
     pub log_level: u32,
 }
@@ -414,8 +427,17 @@ impl Model {
             }
         }
         let max_ctx = m.params.max_ctx.min(dio.ctx);
+        let mut eos = m.eos.clone();
+        for t in END_TOKENS {
+            if let Some(id) = tokenizer.token_id(t) {
+                if !eos.contains(&id) {
+                    eos.push(id);
+                }
+            }
+        }
         let load_ms = t0_ms(t0);
         Ok(Model {
+            eos,
             manifest: m,
             rt,
             prefill,

@@ -6,7 +6,7 @@
 
 use anyhow::{bail, Context as _, Result};
 use clap::Parser;
-use qhx::engine::{Engine, GenConfig, Next};
+use qhx::engine::{Engine, FinishReason, GenConfig, Next};
 use qhx::manifest::Manifest;
 use qhx::model::{LoadOptions, Model};
 use std::io::Write;
@@ -29,15 +29,15 @@ struct Args {
     backend_lib: PathBuf,
     /// QNN system library (libQnnSystem.so / QnnSystem.dll).
     system_lib: PathBuf,
-    /// Directory the manifest's artifact names resolve against.
-    artifacts_root: PathBuf,
-    /// Number of tokens to generate.
-    #[arg(default_value_t = 64, value_parser = parse_n_tokens)]
-    n_tokens: usize,
+    /// Directory the manifest's artifact names resolve against. (The public clone's order
+    /// MANIFEST HTP SYSTEM PROMPT [N] is understood too when this is not a directory.)
+    artifacts_root: String,
+    /// Number of tokens to generate [default: 64].
+    n_tokens: Option<String>,
     /// Prompt text (raw completion; no chat template).
     prompt: Option<String>,
     /// Prompt text (alternative to the positional prompt).
-    #[arg(short = 'p', long = "prompt", conflicts_with = "prompt")]
+    #[arg(short = 'p', long = "prompt")]
     prompt_flag: Option<String>,
     /// Print one JSON document on stdout at the end instead of streaming text.
     #[arg(long)]
@@ -48,6 +48,11 @@ struct Args {
     /// Keep going when logits or hidden states contain NaN/Inf.
     #[arg(long)]
     allow_nonfinite: bool,
+    /// Stop when the output contains STRING (repeatable); the stop string is not printed.
+    #[arg(short = 'r', long = "stop", value_name = "STRING")]
+    stop: Vec<String>,
+    #[command(flatten)]
+    sampling: qhx::cli::SamplingArgs,
     /// Keep generating past end-of-sequence tokens.
     #[arg(long)]
     ignore_eos: bool,
@@ -153,23 +158,86 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
-fn run(args: Args) -> Result<ExitCode> {
-    let prompt = match (args.prompt.clone(), args.prompt_flag.clone()) {
-        (Some(p), _) | (None, Some(p)) => p,
-        (None, None) => {
-            eprintln!(
-                "qhx_generate: error: no prompt given (positional after n_tokens, or -p TEXT)"
-            );
-            return Ok(ExitCode::from(2));
+/// The positional arguments after the libraries, resolved.
+struct Positional {
+    root: PathBuf,
+    n_tokens: usize,
+    prompt: Option<String>,
+}
+
+fn usage(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("qhx_generate: usage error: {msg} (see qhx_generate --help)");
+    ExitCode::from(2)
+}
+
+/// `ROOT [N] [PROMPT]`, or the public clone's `PROMPT [N]` when the fourth argument is not a
+/// directory (and there is no sixth); the latter resolves artifacts beside the manifest.
+fn positional(args: &Args) -> std::result::Result<Positional, ExitCode> {
+    let fourth = PathBuf::from(&args.artifacts_root);
+    let n = |s: Option<&String>| -> std::result::Result<usize, ExitCode> {
+        match s {
+            None => Ok(64),
+            Some(s) => parse_n_tokens(s).map_err(|e| usage(format!("invalid n_tokens {s:?}: {e}"))),
         }
     };
-    if !args.artifacts_root.is_dir() {
-        bail!(
-            "artifacts root {} is not a directory",
-            args.artifacts_root.display()
-        );
+    if fourth.is_dir() || args.prompt.is_some() || fourth.exists() {
+        return Ok(Positional {
+            root: fourth,
+            n_tokens: n(args.n_tokens.as_ref())?,
+            prompt: args.prompt.clone(),
+        });
     }
-    let manifest = Manifest::load(&args.manifest, &args.artifacts_root)?;
+    let root = args
+        .manifest
+        .parent()
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                p.to_path_buf()
+            }
+        })
+        .unwrap_or_else(|| PathBuf::from("."));
+    eprintln!(
+        "qhx: note: {:?} is not a directory: reading the arguments as MANIFEST HTP SYSTEM PROMPT [N] \
+         (artifacts resolve against {})",
+        args.artifacts_root,
+        root.display()
+    );
+    Ok(Positional {
+        root,
+        n_tokens: n(args.n_tokens.as_ref())?,
+        prompt: Some(args.artifacts_root.clone()),
+    })
+}
+
+fn run(args: Args) -> Result<ExitCode> {
+    let pos = match positional(&args) {
+        Ok(p) => p,
+        Err(code) => return Ok(code),
+    };
+    let prompt = match (pos.prompt.clone(), args.prompt_flag.clone()) {
+        (Some(_), Some(_)) => {
+            return Ok(usage(
+                "give the prompt either positionally or with -p, not both",
+            ))
+        }
+        (Some(p), None) | (None, Some(p)) => p,
+        (None, None) => {
+            return Ok(usage(
+                "no prompt given (positional after n_tokens, or -p TEXT)",
+            ))
+        }
+    };
+    let sampler = match args.sampling.config() {
+        Ok(c) => c,
+        Err(e) => return Ok(usage(e)),
+    };
+    if !pos.root.is_dir() {
+        bail!("artifacts root {} is not a directory", pos.root.display());
+    }
+    let requested = pos.n_tokens;
+    let manifest = Manifest::load(&args.manifest, &pos.root)?;
     let log_level = match args.verbose {
         0 => 0,
         1 => qnn_sys::log_level::INFO,
@@ -227,7 +295,7 @@ fn run(args: Args) -> Result<ExitCode> {
         .as_deref()
         .map(parse_expected)
         .transpose()?;
-    let mut n_tokens = expected.as_ref().map_or(args.n_tokens, Vec::len);
+    let mut n_tokens = expected.as_ref().map_or(requested, Vec::len);
     if n_tokens > budget {
         eprintln!(
             "qhx: warning: n_tokens {} clamped to {budget} (prompt {} + generated must fit max_ctx {})",
@@ -241,6 +309,11 @@ fn run(args: Args) -> Result<ExitCode> {
         n_tokens,
         allow_nonfinite: args.allow_nonfinite,
         ignore_eos: args.ignore_eos,
+        sampler: if expected.is_some() {
+            Default::default()
+        } else {
+            sampler
+        },
     };
 
     let mut engine = Engine::new(&model);
@@ -248,17 +321,28 @@ fn run(args: Args) -> Result<ExitCode> {
     let mut out = stdout.lock();
     let mut stream = model.tokenizer.stream();
     let json = args.json;
+    // Text released so far: streamed pieces minus anything a stop string may still claim.
     let mut printed = String::new();
+    let mut stops = qhx::stop::StopMatcher::new(&args.stop);
     let result = engine.generate(&ids, &cfg, tokenize_ms, |tok| {
-        if !json {
-            if let Some(piece) = stream.step(tok)? {
-                out.write_all(piece.as_bytes())
-                    .map_err(|e| qhx::Error::io("<stdout>", e))?;
-                out.flush().map_err(|e| qhx::Error::io("<stdout>", e))?;
-                printed.push_str(&piece);
-            }
+        if json && stops.is_empty() {
+            return Ok(Next::Continue);
         }
-        Ok(Next::Continue)
+        let Some(piece) = stream.step(tok)? else {
+            return Ok(Next::Continue);
+        };
+        let pushed = stops.push(&piece);
+        if !json && !pushed.emit.is_empty() {
+            out.write_all(pushed.emit.as_bytes())
+                .map_err(|e| qhx::Error::io("<stdout>", e))?;
+            out.flush().map_err(|e| qhx::Error::io("<stdout>", e))?;
+        }
+        printed.push_str(&pushed.emit);
+        Ok(if pushed.stopped {
+            Next::Stop(FinishReason::Stop)
+        } else {
+            Next::Continue
+        })
     });
     let output = match result {
         Ok(o) => o,
@@ -273,8 +357,8 @@ fn run(args: Args) -> Result<ExitCode> {
     };
     let stats = &output.stats;
     // When the context clamp, not the request, ended the run, say so.
-    let finish = if output.finish == qhx::engine::FinishReason::Length && n_tokens < args.n_tokens {
-        qhx::engine::FinishReason::CtxFull
+    let finish = if output.finish == FinishReason::Length && n_tokens < requested {
+        FinishReason::CtxFull
     } else {
         output.finish
     };
@@ -283,9 +367,13 @@ fn run(args: Args) -> Result<ExitCode> {
         .output_ids
         .iter()
         .copied()
-        .filter(|t| !(finish == qhx::engine::FinishReason::Eos && m.eos.contains(t)))
+        .filter(|t| !(finish == FinishReason::Eos && model.eos.contains(t)))
         .collect();
-    let text = model.tokenizer.decode(&text_ids)?;
+    let text = if finish == FinishReason::Stop {
+        printed.clone()
+    } else {
+        model.tokenizer.decode(&text_ids)?
+    };
     if json {
         let doc = serde_json::json!({
             "input_ids": output.input_ids,
