@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::kv::copy_rows;
 use crate::model::{LayerIo, Model};
 use crate::ops::{mask, rope::RopeTable};
-use crate::qnn::Binding;
+use crate::qnn::{Binding, PairedBindings};
 use crate::sampler;
 use crate::stats::Stats;
 use serde::Serialize;
@@ -63,8 +63,8 @@ pub enum Next {
 pub struct Engine<'m> {
     m: &'m Model,
     rope: RopeTable,
-    pre: Option<Binding>,
-    dec: Binding,
+    /// Prefill and decode bindings; a chunked prefill's past inputs share the decode cache.
+    bind: PairedBindings,
     lm: Binding,
     logits: Vec<f32>,
     hidden: Vec<f32>,
@@ -81,16 +81,33 @@ pub struct Engine<'m> {
 }
 
 impl<'m> Engine<'m> {
-    pub fn new(m: &'m Model) -> Engine<'m> {
+    /// Build the bindings (fails only if a chunked prefill's past inputs cannot share the
+    /// decode cache, which model loading already checks).
+    pub fn new(m: &'m Model) -> Result<Engine<'m>> {
         let p = &m.manifest.params;
         let prefill_rows = m.prefill.as_ref().map_or(0, |(_, io)| io.rows);
-        let positions = m.max_ctx.max(prefill_rows);
+        // A chunk at the last cache slots still reads P rows of the table.
+        let positions = m.max_ctx + prefill_rows;
+        let shared: Vec<(usize, usize)> = match &m.prefill {
+            Some((_, io)) if io.ctx > 0 => io
+                .past
+                .iter()
+                .zip(&m.decode.1.past)
+                .flat_map(|(&(pk, pv), &(dk, dv))| [(pk, dk), (pv, dv)])
+                .collect(),
+            _ => Vec::new(),
+        };
+        let bind = PairedBindings::new(
+            m.prefill.as_ref().map(|(g, _)| &g.desc),
+            &m.decode.0.desc,
+            &shared,
+        )
+        .map_err(|e| Error::graph(&m.decode.0.desc.name, e))?;
         let rope = RopeTable::new(p.rope_theta, p.head_dim, positions, p.rope_scaling.as_ref());
         let mut e = Engine {
             m,
             rope,
-            pre: m.prefill.as_ref().map(|(g, _)| Binding::new(&g.desc)),
-            dec: Binding::new(&m.decode.0.desc),
+            bind,
             lm: Binding::new(&m.lmhead.desc),
             logits: vec![0.0; p.vocab],
             hidden: vec![0.0; p.hidden],
@@ -102,13 +119,13 @@ impl<'m> Engine<'m> {
             last_step_bytes: 0,
         };
         e.reset();
-        e
+        Ok(e)
     }
 
     /// Forget the cache: every decode mask slot hidden.
     pub fn reset(&mut self) {
         let io = &self.m.decode.1;
-        let mut mk = self.dec.input_mut(io.mask);
+        let mut mk = self.bind.dec().input_mut(io.mask);
         let neg = mk.mask_neg();
         let n = mk.len();
         mk.fill(0, n, neg);
@@ -188,15 +205,26 @@ impl<'m> Engine<'m> {
     }
 
     /// Put the prompt into the cache and leave its last hidden state in the lm-head input.
+    ///
+    /// A prefill graph without past inputs takes the first P tokens of an empty cache; one
+    /// with past inputs (chunked prefill) takes the prompt in chunks of up to P from any
+    /// position. Whatever is left goes through the decode graph token by token.
     fn run_prompt(&mut self, ids: &[u32]) -> Result<()> {
         let m = self.m;
         let mut i = 0;
-        if self.pos == 0 {
-            if let Some((g, io)) = &m.prefill {
-                if io.ctx == 0 {
+        if let Some((g, io)) = &m.prefill {
+            if io.ctx == 0 {
+                if self.pos == 0 {
                     let c = ids.len().min(io.rows);
                     self.prefill_chunk(&ids[..c], io, g)?;
                     i = c;
+                }
+            } else {
+                // A chunk may only run while all its P rows fit in the cache.
+                while i < ids.len() && self.pos + io.rows <= io.ctx {
+                    let c = (ids.len() - i).min(io.rows);
+                    self.prefill_chunk(&ids[i..i + c], io, g)?;
+                    i += c;
                 }
             }
         }
@@ -206,7 +234,7 @@ impl<'m> Engine<'m> {
         Ok(())
     }
 
-    /// One prefill execute over `chunk` (at most P tokens) starting at position 0.
+    /// One prefill execute over `chunk` (at most P tokens) at position `self.pos`.
     fn prefill_chunk(
         &mut self,
         chunk: &[u32],
@@ -215,11 +243,9 @@ impl<'m> Engine<'m> {
     ) -> Result<()> {
         let m = self.m;
         let p = &m.manifest.params;
-        let (h, rows) = (p.hidden, io.rows);
-        let pre = self
-            .pre
-            .as_mut()
-            .expect("prefill binding exists with a prefill graph");
+        let (h, rows, pos0) = (p.hidden, io.rows, self.pos);
+        let (pre, dec) = self.bind.both();
+        let pre = pre.expect("prefill binding exists with a prefill graph");
         {
             let mut x = pre.input_mut(io.x);
             for (r, &t) in chunk.iter().enumerate() {
@@ -228,16 +254,17 @@ impl<'m> Engine<'m> {
             x.fill(chunk.len() * h, (rows - chunk.len()) * h, 0.0);
         }
         pre.input_mut(io.cos)
-            .write_f32(0, self.rope.cos_rows(0, rows));
+            .write_f32(0, self.rope.cos_rows(pos0, rows));
         pre.input_mut(io.sin)
-            .write_f32(0, self.rope.sin_rows(0, rows));
+            .write_f32(0, self.rope.sin_rows(pos0, rows));
         {
             let mut mk = pre.input_mut(io.mask);
             let neg = mk.mask_neg();
-            mk.write_f32(0, &mask::prefill_causal(rows, 0, 0, neg));
+            mk.write_f32(0, &mask::prefill_causal(rows, io.ctx, pos0, neg));
         }
+        // With past inputs the graph reads the decode cache in place (shared buffers).
         g.graph.execute(pre)?;
-        // Seed the decode cache with the chunk's rows and open their mask slots.
+        // The chunk's K/V rows go into the cache at pos0.., and their mask slots open.
         let dio = &m.decode.1;
         let dshape = dio.past_shape.expect("decode graphs have past inputs");
         for (l, &(nk, nv)) in io.new.iter().enumerate() {
@@ -245,19 +272,19 @@ impl<'m> Engine<'m> {
             for (o, i) in [(nk, pk), (nv, pv)] {
                 copy_rows(
                     (&pre.output(o), &io.new_shape, 0),
-                    (&mut self.dec.input_mut(i), &dshape, 0),
+                    (&mut dec.input_mut(i), &dshape, pos0),
                     chunk.len(),
                     &mut self.scratch,
                 );
             }
         }
-        self.dec.input_mut(dio.mask).fill(0, chunk.len(), 0.0);
+        dec.input_mut(dio.mask).fill(pos0, chunk.len(), 0.0);
         // The last real row's hidden state goes to the lm-head.
         let last = chunk.len() - 1;
         pre.output(io.y).read_f32(last * h, &mut self.hidden);
-        self.check_finite_hidden(&g.desc.name, 0, last)?;
+        self.check_finite_hidden(&g.desc.name, 0, pos0 + last)?;
         self.lm.input_mut(0).write_f32(0, &self.hidden);
-        self.pos = chunk.len();
+        self.pos = pos0 + chunk.len();
         Ok(())
     }
 
@@ -269,18 +296,24 @@ impl<'m> Engine<'m> {
         let p = self.pos;
         let dshape = io.past_shape.expect("decode graphs have past inputs");
         {
-            let mut x = self.dec.input_mut(io.x);
+            let mut x = self.bind.dec().input_mut(io.x);
             m.embed.write_row(token, &mut x, 0)?;
         }
-        self.dec.input_mut(io.cos).write_f32(0, self.rope.cos(p));
-        self.dec.input_mut(io.sin).write_f32(0, self.rope.sin(p));
-        g.graph.execute(&mut self.dec)?;
+        self.bind
+            .dec()
+            .input_mut(io.cos)
+            .write_f32(0, self.rope.cos(p));
+        self.bind
+            .dec()
+            .input_mut(io.sin)
+            .write_f32(0, self.rope.sin(p));
+        g.graph.execute(self.bind.dec())?;
         let mut bytes = 0;
         for (l, &(nk, nv)) in io.new.iter().enumerate() {
             let (pk, pv) = io.past[l];
             for (o, i) in [(nk, pk), (nv, pv)] {
-                bytes += self.dec.desc.outputs[o].bytes();
-                let (src, mut dst) = self.dec.output_and_input_mut(o, i);
+                bytes += self.bind.dec().desc.outputs[o].bytes();
+                let (src, mut dst) = self.bind.dec().output_and_input_mut(o, i);
                 copy_rows(
                     (&src, &io.new_shape, 0),
                     (&mut dst, &dshape, p),
@@ -289,14 +322,14 @@ impl<'m> Engine<'m> {
                 );
             }
         }
-        self.dec.input_mut(io.mask).fill(p, 1, 0.0);
-        self.dec.output(io.y).read_f32(0, &mut self.hidden);
+        self.bind.dec().input_mut(io.mask).fill(p, 1, 0.0);
+        self.bind.dec().output(io.y).read_f32(0, &mut self.hidden);
         self.check_finite_hidden(&g.desc.name, p, p)?;
         self.lm.input_mut(0).write_f32(0, &self.hidden);
         let es = |d: &crate::qnn::TensorDesc| qnn_sys::dtype::size_of(d.dtype).unwrap_or(0);
-        bytes += h * es(&self.dec.desc.inputs[io.x])
-            + 2 * m.manifest.params.head_dim * es(&self.dec.desc.inputs[io.cos])
-            + es(&self.dec.desc.inputs[io.mask])
+        bytes += h * es(&self.bind.dec().desc.inputs[io.x])
+            + 2 * m.manifest.params.head_dim * es(&self.bind.dec().desc.inputs[io.cos])
+            + es(&self.bind.dec().desc.inputs[io.mask])
             + h * es(&self.lm.desc.inputs[0]);
         self.last_step_bytes = bytes;
         self.pos = p + 1;

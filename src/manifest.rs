@@ -56,7 +56,9 @@ pub struct Params {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct ContextRef {
-    pub bin: String,
+    /// The context binary; may be omitted when `contexts.shared` holds the graph.
+    #[serde(default)]
+    pub bin: Option<String>,
     #[serde(default)]
     pub graph: Option<String>,
 }
@@ -68,6 +70,9 @@ pub struct Contexts {
     #[serde(default)]
     pub decode: Option<ContextRef>,
     pub lmhead: ContextRef,
+    /// One binary holding the prefill and decode graphs (weights shared).
+    #[serde(default)]
+    pub shared: Option<ContextRef>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -271,23 +276,35 @@ impl Manifest {
             }
             Ok(root.join(name))
         };
-        let gref = |c: &ContextRef, field: &str| -> Result<GraphRef> {
+        let c = &raw.artifacts.contexts;
+        let shared = match &c.shared {
+            Some(sh) => Some(match &sh.bin {
+                Some(b) => resolve(b, "artifacts.contexts.shared.bin")?,
+                None => return Err(err("artifacts.contexts.shared: missing field `bin`".into())),
+            }),
+            None => None,
+        };
+        let gref = |r: &ContextRef, field: &str, may_share: bool| -> Result<GraphRef> {
+            let bin = match (&r.bin, &shared) {
+                (Some(b), _) => resolve(b, &format!("{field}.bin"))?,
+                (None, Some(sh)) if may_share => sh.clone(),
+                _ => return Err(err(format!("{field}: missing field `bin`"))),
+            };
             Ok(GraphRef {
-                bin: resolve(&c.bin, &format!("{field}.bin"))?,
-                graph: c.graph.clone(),
+                bin,
+                graph: r.graph.clone(),
             })
         };
-        let c = &raw.artifacts.contexts;
         let decode = match &c.decode {
-            Some(d) => gref(d, "artifacts.contexts.decode")?,
+            Some(d) => gref(d, "artifacts.contexts.decode", true)?,
             None => return Err(err("artifacts.contexts: missing field `decode`".into())),
         };
         let prefill = c
             .prefill
             .as_ref()
-            .map(|r| gref(r, "artifacts.contexts.prefill"))
+            .map(|r| gref(r, "artifacts.contexts.prefill", true))
             .transpose()?;
-        let lmhead = gref(&c.lmhead, "artifacts.contexts.lmhead")?;
+        let lmhead = gref(&c.lmhead, "artifacts.contexts.lmhead", false)?;
         let (embed_name, embed_dtype) = match &raw.artifacts.embed {
             EmbedRef::File(f) => (f.as_str(), EmbedDtype::F16),
             EmbedRef::Full { file, dtype } => (file.as_str(), *dtype),

@@ -425,6 +425,22 @@ impl Model {
                     ),
                 ));
             }
+            // Chunked prefill reads the decode cache in place: same layout, dtype and scale.
+            for (&(pk, pv), &(dk, dv)) in pio.past.iter().zip(&dio.past) {
+                for (a, b) in [(pk, dk), (pv, dv)] {
+                    let (ta, tb) = (&pg.desc.inputs[a], &dg.desc.inputs[b]);
+                    if ta.dims != tb.dims || ta.dtype != tb.dtype || ta.quant != tb.quant {
+                        return Err(Error::graph(
+                            &pg.desc.name,
+                            format!(
+                                "input {} must match the decode cache {} (dims, dtype and quantization) to share it",
+                                ta.describe(),
+                                tb.describe()
+                            ),
+                        ));
+                    }
+                }
+            }
         }
         let max_ctx = m.params.max_ctx.min(dio.ctx);
         let mut eos = m.eos.clone();

@@ -258,3 +258,92 @@ fn expect_tokens_exits_0_on_match_and_3_on_divergence() {
         "{line}"
     );
 }
+
+#[test]
+fn chunked_prefill_with_past_inputs_matches_decode_only() {
+    // P = 4 with past K/V inputs: a 23-token prompt runs as 6 chunks reading the cache in place.
+    let prompt = "a prompt longer than P";
+    let chunked = SynthSpec {
+        prefill: Some(4),
+        prefill_past: true,
+        ..Default::default()
+    };
+    let a = run_json(&chunked, "chunked-p4", "8", prompt);
+    let b = run_json(
+        &SynthSpec {
+            prefill: None,
+            ..Default::default()
+        },
+        "chunked-ref",
+        "8",
+        prompt,
+    );
+    assert_eq!(ids(&a, "output_ids"), ids(&b, "output_ids"));
+    // Head-major caches shared between the two graphs too.
+    let hm = SynthSpec {
+        head_major: true,
+        ..chunked
+    };
+    let c = run_json(&hm, "chunked-hm", "8", prompt);
+    assert_eq!(ids(&c, "output_ids"), ids(&b, "output_ids"));
+}
+
+#[test]
+fn shared_context_binary_matches_separate_binaries() {
+    let prompt = "one binary, two graphs";
+    let a = run_json(
+        &SynthSpec {
+            shared: true,
+            ..Default::default()
+        },
+        "shared",
+        "8",
+        prompt,
+    );
+    let b = run_json(&SynthSpec::default(), "separate", "8", prompt);
+    assert_eq!(ids(&a, "output_ids"), ids(&b, "output_ids"));
+    let c = run_json(
+        &SynthSpec {
+            shared: true,
+            prefill_past: true,
+            ..Default::default()
+        },
+        "shared-past",
+        "8",
+        prompt,
+    );
+    assert_eq!(ids(&c, "output_ids"), ids(&b, "output_ids"));
+}
+
+#[test]
+fn ufixed16_io_with_calibrated_scales_follows_f32() {
+    // Calibrate on the f32 bundle (the emulator records value ranges per role), then build
+    // the UFIXED_POINT_16 bundle with those scales/offsets, as a W8A16 export would.
+    let prompt = "quantized activations";
+    let (dir, m) = bundle("uf16-ref", &SynthSpec::default());
+    let calib = dir.join("calib.json");
+    let o = generate(
+        &m,
+        &dir,
+        "6",
+        prompt,
+        &["--json"],
+        &[("QNN_EMU_CALIBRATE", calib.to_str().unwrap())],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let want = ids(&json(&o), "output_ids");
+    let ranges: std::collections::BTreeMap<String, (f32, f32)> =
+        serde_json::from_slice(&std::fs::read(&calib).unwrap()).unwrap();
+    assert!(
+        ranges.contains_key("x") && ranges.contains_key("y") && ranges.contains_key("k_1"),
+        "{ranges:?}"
+    );
+    let spec = SynthSpec {
+        io: "ufixed16".into(),
+        ranges,
+        ..Default::default()
+    };
+    let got = ids(&run_json(&spec, "uf16", "6", prompt), "output_ids");
+    assert_eq!(got.len(), 6);
+    assert_eq!(got[..3], want[..3], "ufixed16 {got:?} vs f32 {want:?}");
+}

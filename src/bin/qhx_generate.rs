@@ -316,7 +316,7 @@ fn run(args: Args) -> Result<ExitCode> {
         },
     };
 
-    let mut engine = Engine::new(&model);
+    let mut engine = Engine::new(&model)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut stream = model.tokenizer.stream();

@@ -132,6 +132,8 @@ pub struct Binding {
     pub(crate) outputs: Vec<QnnTensor>,
     in_bufs: Vec<HostBuf>,
     out_bufs: Vec<HostBuf>,
+    /// Inputs whose memory belongs to another binding (see `alias_input`).
+    aliased: Vec<bool>,
     // Kept alive for the tensor structs' name and dimensions pointers.
     _names: Vec<CString>,
     _dims: Vec<Box<[u32]>>,
@@ -186,6 +188,7 @@ impl Binding {
         let outputs = make(&desc.outputs, &mut out_bufs);
         Binding {
             desc: desc.clone(),
+            aliased: vec![false; inputs.len()],
             inputs,
             outputs,
             in_bufs,
@@ -193,6 +196,39 @@ impl Binding {
             _names: names,
             _dims: dims,
         }
+    }
+
+    /// Make input `i` read the memory of `owner`'s input `j`; this binding's own buffer for
+    /// `i` is released and the host must not touch input `i` here any more.
+    ///
+    /// # Safety
+    /// `owner`'s buffers must outlive every `execute` of this binding. [`PairedBindings`]
+    /// guarantees it by owning both.
+    unsafe fn alias_input(
+        &mut self,
+        i: usize,
+        owner: &mut Binding,
+        j: usize,
+    ) -> Result<(), String> {
+        let (a, b) = (&self.desc.inputs[i], &owner.desc.inputs[j]);
+        if a.dtype != b.dtype || a.bytes() != b.bytes() || a.quant != b.quant {
+            return Err(format!(
+                "{} cannot share the buffer of {}: dtype, size or quantization differ",
+                a.describe(),
+                b.describe()
+            ));
+        }
+        let ptr = owner.in_bufs[j].ptr();
+        // SAFETY: V1 is the common prefix of both tensor versions; the client buffer is
+        // repointed at memory of the same size that the caller keeps alive.
+        let c = unsafe { self.inputs[i].common_mut() };
+        c.mem.client_buf = qnn_sys::QnnClientBuffer {
+            data: ptr as *mut std::ffi::c_void,
+            data_size: owner.in_bufs[j].len() as u32,
+        };
+        self.in_bufs[i] = HostBuf::zeroed(0);
+        self.aliased[i] = true;
+        Ok(())
     }
 
     pub fn input_index(&self, name: &str) -> Option<usize> {
@@ -203,8 +239,13 @@ impl Binding {
         self.desc.outputs.iter().position(|t| t.name == name)
     }
 
-    /// Typed view of input `i` (dtype checked supported at model load).
+    /// Typed view of input `i` (dtype checked supported at model load). An aliased input
+    /// has no storage here: write it through its owner.
     pub fn input_mut(&mut self, i: usize) -> TypedMut<'_> {
+        assert!(
+            !self.aliased[i],
+            "input {i} is aliased; write it through its owner"
+        );
         let d = &self.desc.inputs[i];
         self.in_bufs[i]
             .typed_mut(d)
@@ -242,5 +283,47 @@ impl Binding {
             .chain(&self.out_bufs)
             .map(HostBuf::len)
             .sum()
+    }
+}
+
+/// A prefill binding and a decode binding whose inputs may share memory: a chunked prefill
+/// graph reads the decode graph's KV cache in place, so the cache is never copied. Owning
+/// both keeps the shared buffers alive for as long as either binding can execute.
+pub struct PairedBindings {
+    pre: Option<Binding>,
+    dec: Binding,
+}
+
+impl PairedBindings {
+    /// `shared`: (prefill input index, decode input index) pairs to back with the decode
+    /// binding's buffers.
+    pub fn new(
+        pre: Option<&GraphDesc>,
+        dec: &GraphDesc,
+        shared: &[(usize, usize)],
+    ) -> Result<Self, String> {
+        let mut dec = Binding::new(dec);
+        let mut pre = pre.map(Binding::new);
+        if let Some(p) = pre.as_mut() {
+            for &(i, j) in shared {
+                // SAFETY: `dec` is owned by the returned struct next to `pre`, is never
+                // replaced, and a Binding never frees or reallocates its buffers while alive.
+                unsafe { p.alias_input(i, &mut dec, j)? };
+            }
+        }
+        Ok(PairedBindings { pre, dec })
+    }
+
+    pub fn dec(&mut self) -> &mut Binding {
+        &mut self.dec
+    }
+
+    pub fn dec_ref(&self) -> &Binding {
+        &self.dec
+    }
+
+    /// Both at once (prefill outputs are copied into the decode cache).
+    pub fn both(&mut self) -> (Option<&mut Binding>, &mut Binding) {
+        (self.pre.as_mut(), &mut self.dec)
     }
 }

@@ -11,7 +11,7 @@ mod log;
 mod runtime;
 
 pub use binary::{read_binary_info, BinaryInfo, GraphDesc, TensorDesc};
-pub use buffer::{dtype_supported as buffer_dtype_supported, Binding, HostBuf};
+pub use buffer::{dtype_supported as buffer_dtype_supported, Binding, HostBuf, PairedBindings};
 pub use context::{Context, Graph};
 pub use log::{last_error_line, set_verbosity};
 pub use runtime::{DeviceFacts, Runtime};

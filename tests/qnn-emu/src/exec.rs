@@ -397,7 +397,7 @@ fn run(
             }
             let out = w.run_layers(
                 LayerIo {
-                    x,
+                    x: x.clone(),
                     rows,
                     cos: &cos,
                     sin: &sin,
@@ -407,6 +407,25 @@ fn run(
                 &past,
             );
             write(&outs["y"], &out.y);
+            if knobs::get().calibrate.is_some() {
+                // Only the rows holding real tokens (non-zero x) count for the ranges.
+                let h = c.hidden;
+                let kd = c.n_kv_heads * c.head_dim;
+                let live: Vec<usize> = (0..rows)
+                    .filter(|&r| x[r * h..(r + 1) * h].iter().any(|v| *v != 0.0))
+                    .collect();
+                let pick = |v: &[f32], w: usize| {
+                    live.iter()
+                        .flat_map(|&r| v[r * w..(r + 1) * w].to_vec())
+                        .collect::<Vec<f32>>()
+                };
+                crate::calib::record("x", &pick(&x, h));
+                crate::calib::record("y", &pick(&out.y, h));
+                for (i, (k, v)) in out.new_k.iter().zip(&out.new_v).enumerate() {
+                    crate::calib::record(&format!("k_{i}"), &pick(k, kd));
+                    crate::calib::record(&format!("v_{i}"), &pick(v, kd));
+                }
+            }
             for (i, (k, v)) in out.new_k.iter().zip(&out.new_v).enumerate() {
                 let (k, v) = match g.layout {
                     KvLayout::PosMajor => (k.clone(), v.clone()),

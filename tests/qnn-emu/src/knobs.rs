@@ -13,6 +13,9 @@ pub struct Knobs {
     nan: Option<(String, u64)>,
     pub null_compute: bool,
     pub trace: Option<String>,
+    /// Path of a JSON file accumulating per-tensor-role value ranges (x, y, k_<i>, v_<i>)
+    /// across runs, for choosing fixed-point scales.
+    pub calibrate: Option<String>,
     pub threads: usize,
 }
 
@@ -77,6 +80,7 @@ pub fn get() -> &'static Knobs {
             nan,
             null_compute: env("QNN_EMU_NULL_COMPUTE").is_some_and(|v| v != "0"),
             trace: env("QNN_EMU_TRACE"),
+            calibrate: env("QNN_EMU_CALIBRATE"),
             threads: env("QNN_EMU_THREADS")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))

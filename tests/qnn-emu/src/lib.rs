@@ -16,6 +16,8 @@
 //! * `QNN_EMU_TRACE=path`: after every handle create/free, rewrite `path` with a JSON
 //!   record of live handles and the ordered create/free events.
 //! * `QNN_EMU_THREADS=n`: math threads (default: available parallelism).
+//! * `QNN_EMU_CALIBRATE=path`: accumulate min/max of hidden states and K/V per layer (f32
+//!   runs) into `path`, for choosing fixed-point I/O scales.
 
 pub mod format;
 pub mod io;
@@ -23,6 +25,7 @@ pub mod model;
 pub mod writer;
 
 mod api;
+mod calib;
 mod exec;
 mod knobs;
 mod registry;

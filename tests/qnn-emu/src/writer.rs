@@ -30,9 +30,16 @@ pub struct SynthSpec {
     pub eos: u32,
     /// Head-major KV tensors.
     pub head_major: bool,
+    /// Prefill graph with past K/V inputs (chunked prefill) instead of an AR=P window.
+    pub prefill_past: bool,
+    /// Prefill and decode graphs in one binary (`contexts.shared`).
+    pub shared: bool,
     /// tokenizer.json to copy into the bundle.
     pub tokenizer: Option<PathBuf>,
     pub embed_f16: bool,
+    /// Value ranges per role (x, y, k_<i>, v_<i>, as QNN_EMU_CALIBRATE records them) for
+    /// fixed-point I/O; roles without a range get a wide default.
+    pub ranges: std::collections::BTreeMap<String, (f32, f32)>,
 }
 
 impl Default for SynthSpec {
@@ -55,8 +62,11 @@ impl Default for SynthSpec {
             rope_theta: 10000.0,
             eos: 257,
             head_major: false,
+            prefill_past: false,
+            shared: false,
             tokenizer: None,
             embed_f16: false,
+            ranges: Default::default(),
         }
     }
 }
@@ -82,18 +92,53 @@ impl Rng {
     }
 }
 
-fn tensor(name: &str, dtype: &str, dims: &[usize]) -> Value {
-    let (scale, offset) = match dtype {
-        // Wide enough for activations of the synthetic models; offset centres zero.
-        "ufixed16" => (1.0 / 1024.0, -32768),
-        "ufixed8" => (1.0 / 8.0, -128),
-        _ => (1.0, 0),
+/// QNN scale/offset so that [lo, hi] (with 5 % headroom) spans the fixed-point range.
+pub fn scale_offset(dtype: &str, lo: f32, hi: f32) -> (f32, i32) {
+    let levels = match dtype {
+        "ufixed16" => 65535.0,
+        "ufixed8" => 255.0,
+        _ => return (1.0, 0),
     };
+    let pad = 0.05 * (hi - lo).max(1e-3);
+    let (lo, hi) = (lo.min(0.0) - pad, hi.max(0.0) + pad);
+    let scale = (hi - lo) / levels;
+    (scale, (lo / scale).round() as i32)
+}
+
+/// The range role of an I/O tensor name (past and new K/V of a layer share one).
+fn role(name: &str) -> String {
+    match name {
+        "x" | "hidden" => "x".into(),
+        "y" => "y".into(),
+        "cos" | "sin" => "rope".into(),
+        "cmask" => "mask".into(),
+        n => n
+            .trim_start_matches("past_")
+            .trim_start_matches("new_")
+            .to_string(),
+    }
+}
+
+fn tensor_q(s: &SynthSpec, name: &str, dtype: &str, dims: &[usize]) -> Value {
+    let r = role(name);
+    let (lo, hi) = match r.as_str() {
+        "rope" => (-1.0, 1.0),
+        // The hidden-mask value is the range minimum: wide enough that exp() underflows.
+        "mask" => (-60.0, 0.0),
+        _ => s.ranges.get(&r).copied().unwrap_or((-32.0, 32.0)),
+    };
+    let (lo, hi) = if name == "hidden" {
+        s.ranges.get("y").copied().unwrap_or((lo, hi))
+    } else {
+        (lo, hi)
+    };
+    let (scale, offset) = scale_offset(dtype, lo, hi);
     json!({"name": name, "dtype": dtype, "dims": dims, "scale": scale, "offset": offset})
 }
 
 /// Graph headers in the FORMAT.md contract.
 pub fn graphs(s: &SynthSpec) -> (Option<Value>, Value, Value) {
+    let tensor = |n: &str, d: &str, dims: &[usize]| tensor_q(s, n, d, dims);
     let k = s.n_kv_heads * s.head_dim;
     let kv = |rows: usize| -> Vec<usize> {
         if s.head_major {
@@ -109,18 +154,26 @@ pub fn graphs(s: &SynthSpec) -> (Option<Value>, Value, Value) {
     };
     let io = s.io.as_str();
     let prefill = s.prefill.map(|p| {
-        let inputs = vec![
+        let cols = if s.prefill_past { s.ctx + p } else { p };
+        let mut inputs = vec![
             tensor("x", io, &[p, s.hidden]),
             tensor("cos", io, &[p, s.head_dim]),
             tensor("sin", io, &[p, s.head_dim]),
-            tensor("cmask", io, &[p, p]),
+            tensor("cmask", io, &[p, cols]),
         ];
+        if s.prefill_past {
+            for i in 0..s.n_layers {
+                inputs.push(tensor(&format!("past_k_{i}"), io, &kv(s.ctx)));
+                inputs.push(tensor(&format!("past_v_{i}"), io, &kv(s.ctx)));
+            }
+        }
         let mut outputs = vec![tensor("y", io, &[p, s.hidden])];
         for i in 0..s.n_layers {
             outputs.push(tensor(&format!("new_k_{i}"), io, &kv(p)));
             outputs.push(tensor(&format!("new_v_{i}"), io, &kv(p)));
         }
-        json!({"name": format!("{}_prefill", s.name), "kind": "prefill", "seq": p, "ctx": 0,
+        let ctx = if s.prefill_past { s.ctx } else { 0 };
+        json!({"name": format!("{}_prefill", s.name), "kind": "prefill", "seq": p, "ctx": ctx,
                "kv_layout": layout, "inputs": inputs, "outputs": outputs})
     });
     let mut inputs = vec![
@@ -255,32 +308,47 @@ pub fn write_bundle(dir: &Path, s: &SynthSpec) -> std::io::Result<PathBuf> {
     let head = |n: &str| n == "output_norm.weight" || n == "output.weight";
     let name = &s.name;
     let mut contexts = serde_json::Map::new();
-    if let Some(p) = &prefill {
+    let gref = |kind: &str, bin: bool| {
+        let mut r = json!({"graph": format!("{name}_{kind}")});
+        if bin {
+            r["bin"] = format!("{name}_{kind}.bin").into();
+        }
+        r
+    };
+    if s.shared {
+        let mut both = vec![decode];
+        both.extend(prefill.clone());
         write_atomic(
-            &dir.join(format!("{name}_prefill.bin")),
-            &context_binary(s, std::slice::from_ref(p), &w, layer),
+            &dir.join(format!("{name}_shared.bin")),
+            &context_binary(s, &both, &w, layer),
         )?;
         contexts.insert(
-            "prefill".into(),
-            json!({"bin": format!("{name}_prefill.bin"), "graph": format!("{name}_prefill")}),
+            "shared".into(),
+            json!({"bin": format!("{name}_shared.bin")}),
         );
+        contexts.insert("decode".into(), gref("decode", false));
+        if prefill.is_some() {
+            contexts.insert("prefill".into(), gref("prefill", false));
+        }
+    } else {
+        if let Some(p) = &prefill {
+            write_atomic(
+                &dir.join(format!("{name}_prefill.bin")),
+                &context_binary(s, std::slice::from_ref(p), &w, layer),
+            )?;
+            contexts.insert("prefill".into(), gref("prefill", true));
+        }
+        write_atomic(
+            &dir.join(format!("{name}_decode.bin")),
+            &context_binary(s, &[decode], &w, layer),
+        )?;
+        contexts.insert("decode".into(), gref("decode", true));
     }
-    write_atomic(
-        &dir.join(format!("{name}_decode.bin")),
-        &context_binary(s, &[decode], &w, layer),
-    )?;
     write_atomic(
         &dir.join(format!("{name}_lmhead.bin")),
         &context_binary(s, &[lmhead], &w, head),
     )?;
-    contexts.insert(
-        "decode".into(),
-        json!({"bin": format!("{name}_decode.bin"), "graph": format!("{name}_decode")}),
-    );
-    contexts.insert(
-        "lmhead".into(),
-        json!({"bin": format!("{name}_lmhead.bin"), "graph": format!("{name}_lmhead")}),
-    );
+    contexts.insert("lmhead".into(), gref("lmhead", true));
     let emb = &w[0].2;
     let (embed_file, embed_dtype, bytes): (String, &str, Vec<u8>) = if s.embed_f16 {
         (
