@@ -16,7 +16,7 @@ for io in f32 f16; do
     d="$out/smollm2-$io"
     stamp_ok "$d/smollm2.json" && continue
     echo "build-parity: $d" >&2
-    "$py" scripts/make_bundle.py --gguf "$gguf" --out "$d" --name smollm2 --io "$io" --embed-dtype "$io" --ctx 320 >&2
+    "$py" scripts/make_bundle.py --gguf "$gguf" --out "$d" --name smollm2 --io "$io" --embed-dtype "$io" --ctx 512 >&2
 done
 
 dstok="$out/tok/deepseek-r1-distill.json"
@@ -31,7 +31,7 @@ for fam in qwen2 llama3; do
         d="$out/$fam-$io"
         stamp_ok "$d/tiny_$fam.json" && [[ "$d/tiny_$fam.json" -nt "$tok" ]] && continue
         echo "build-parity: $d" >&2
-        "$py" scripts/make_tiny.py --family "$fam" --tokenizer "$tok" --out "$d" --io "$io" --prefill-len 16 --ctx 320 >&2
+        "$py" scripts/make_tiny.py --family "$fam" --tokenizer "$tok" --out "$d" --io "$io" --prefill-len 16 --ctx 512 >&2
     done
 done
 echo "$out"

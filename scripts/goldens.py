@@ -39,6 +39,10 @@ LONG = ("The history of the printing press begins in the fifteenth century, when
         "cheap printed material changed how ideas travelled, how people learned to read, and "
         "how arguments about religion and science were fought. In summary, the press")
 
+LONG300 = (LONG + " " + LONG.replace("printing press", "steam engine").replace("Gutenberg", "Watt")
+           .replace("fifteenth", "eighteenth").replace("books", "cloth") + " " +
+           LONG.replace("printing press", "telegraph").replace("Gutenberg", "Morse").replace("fifteenth", "nineteenth"))
+
 PROMPTS = [
     ("short", "The capital of France is"),
     ("code", "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"),
@@ -46,6 +50,7 @@ PROMPTS = [
     ("cyrillic", "Москва — столица России, а Киев"),
     ("cjk_emoji", "東京は日本の首都です。🍣🍜 Tokyo is"),
     ("long", LONG),
+    ("long300", LONG300),
     ("midword", "Photosynthesis converts light energy into chem"),
 ]
 

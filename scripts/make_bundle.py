@@ -289,32 +289,115 @@ class Model:
 # ---------------------------------------------------------------------------------------------
 # Context binaries
 
-def io_tensor(name: str, dims, dtype: str) -> dict:
-    return {"name": name, "dtype": dtype, "dims": list(dims), "scale": 1.0, "offset": 0}
+def scale_offset(dtype: str, lo: float, hi: float) -> tuple[float, int]:
+    """QNN fixed-point params spanning [lo, hi] plus 5 % headroom (real = (q + offset) * scale);
+    the same rule as qnn_emu::writer::scale_offset."""
+    levels = {"ufixed16": 65535.0, "ufixed8": 255.0}.get(dtype)
+    if levels is None:
+        return 1.0, 0
+    pad = 0.05 * max(hi - lo, 1e-3)
+    lo, hi = min(lo, 0.0) - pad, max(hi, 0.0) + pad
+    scale = float(np.float32((hi - lo) / levels))
+    return scale, int(round(lo / scale))
 
 
-def graphs_for(p: dict, name: str, P: int, C: int, io: str) -> dict[str, dict]:
+def role(name: str) -> str:
+    """Calibration role of an I/O tensor: past and new K/V of one layer share a range."""
+    if name in ("x", "hidden"):
+        return "x"
+    if name in ("cos", "sin"):
+        return "rope"
+    if name == "cmask":
+        return "mask"
+    return name.removeprefix("past_").removeprefix("new_")
+
+
+def io_tensor(name: str, dims, dtype: str, ranges: dict | None = None, y_role: str = "y") -> dict:
+    scale, offset = 1.0, 0
+    if dtype.startswith("ufixed"):
+        r = y_role if name == "y" else role(name)
+        # The mask minimum must beat any score against a never-written cache slot (zero bytes
+        # decode to the range minimum, not 0.0); 0 stays exact (integer zero-point).
+        lo, hi = {"rope": (-1.0, 1.0), "mask": (-30000.0, 0.0)}.get(r) or (ranges or {}).get(r) or (-32.0, 32.0)
+        scale, offset = scale_offset(dtype, lo, hi)
+    return {"name": name, "dtype": dtype, "dims": list(dims), "scale": scale, "offset": offset}
+
+
+def graphs_for(p: dict, name: str, P: int, C: int, io: str, prefill: str = "window",
+               layout: str = "pos_major", ranges: dict | None = None) -> dict[str, dict]:
+    """Graph headers. prefill: "window" (AR=P, no past), "past" (chunked, reads the cache),
+    or "none". layout: pos_major [rows, K] or head_major [n_kv, rows, head_dim] K/V."""
     H, Dh, V, L = p["hidden"], p["head_dim"], p["vocab"], p["n_layers"]
-    K = p["n_kv_heads"] * Dh
+    nkv = p["n_kv_heads"]
+    K = nkv * Dh
+
+    def kv(rows):
+        return [nkv, rows, Dh] if layout == "head_major" else [rows, K]
+
+    # Fixed-point bundles apply the final norm in-graph: the raw residual stream carries
+    # outliers (about 8000 in SmolLM2) that 16-bit activations cannot hold next to values of 1.
+    final_norm = io.startswith("ufixed")
+
+    def t(n, dims, dt=io):
+        return io_tensor(n, dims, dt, ranges, "y_norm" if final_norm else "y")
 
     def per_layer(fmt, dims):
-        return [io_tensor(fmt.format(kind=kind, i=i), dims, io) for i in range(L) for kind in ("k", "v")]
+        return [t(fmt.format(kind=kind, i=i), dims) for i in range(L) for kind in ("k", "v")]
 
-    base = {"ctx": C, "kv_layout": "pos_major"}
-    return {
-        "prefill": {"name": f"{name}_prefill", "kind": "prefill", "seq": P, **base,
-                    "inputs": [io_tensor("x", [P, H], io), io_tensor("cos", [P, Dh], io),
-                               io_tensor("sin", [P, Dh], io), io_tensor("cmask", [P, P], io)],
-                    "outputs": [io_tensor("y", [P, H], io)] + per_layer("new_{kind}_{i}", [P, K])},
-        "decode": {"name": f"{name}_decode", "kind": "decode", "seq": 1, **base,
-                   "inputs": [io_tensor("x", [H], io), io_tensor("cos", [Dh], io),
-                              io_tensor("sin", [Dh], io), io_tensor("cmask", [C], io)]
-                   + per_layer("past_{kind}_{i}", [C, K]),
-                   "outputs": [io_tensor("y", [H], io)] + per_layer("new_{kind}_{i}", [K])},
-        "lmhead": {"name": f"{name}_lmhead", "kind": "lmhead", "seq": 1, **base,
-                   "inputs": [io_tensor("hidden", [H], io)],
-                   "outputs": [io_tensor("logits", [V], io)]},
+    # Logits stay f16 when activations are fixed point (W8A16 bundles keep an fp16 lm-head).
+    lm_io = "f16" if io.startswith("ufixed") else io
+    out = {
+        "decode": {"name": f"{name}_decode", "kind": "decode", "seq": 1, "ctx": C, "kv_layout": layout,
+                   "final_norm": final_norm,
+                   "inputs": [t("x", [H]), t("cos", [Dh]), t("sin", [Dh]), t("cmask", [C])]
+                   + per_layer("past_{kind}_{i}", kv(C)),
+                   "outputs": [t("y", [H])] + per_layer("new_{kind}_{i}", kv(1))},
+        "lmhead": {"name": f"{name}_lmhead", "kind": "lmhead", "seq": 1, "ctx": 0, "norm": not final_norm,
+                   "inputs": [t("hidden", [H], lm_io)], "outputs": [t("logits", [V], lm_io)]},
     }
+    if prefill != "none":
+        past = prefill == "past"
+        out["prefill"] = {
+            "name": f"{name}_prefill", "kind": "prefill", "seq": P, "ctx": C if past else 0, "kv_layout": layout,
+            "final_norm": final_norm,
+            "inputs": [t("x", [P, H]), t("cos", [P, Dh]), t("sin", [P, Dh]), t("cmask", [P, C + P if past else P])]
+            + (per_layer("past_{kind}_{i}", kv(C)) if past else []),
+            "outputs": [t("y", [P, H])] + per_layer("new_{kind}_{i}", kv(P)),
+        }
+    return out
+
+
+def write_graph_binaries(out_dir: str, name: str, p: dict, graphs: dict, blk, head, shared: bool) -> dict:
+    """Write the context binaries; returns {role: {"bin"?, "graph"}} for the manifest plus
+    {"_sizes": {file: bytes}}."""
+    refs, sizes = {}, {}
+    layer_graphs = [graphs[k] for k in ("prefill", "decode") if k in graphs]
+    if graphs["decode"].get("final_norm"):
+        blk = blk + [w for w in head if w[0] == "output_norm.weight"]
+    if shared:
+        f = f"{name}_shared.bin"
+        sizes[f] = write_context(os.path.join(out_dir, f), p, layer_graphs, blk)
+        refs["shared"] = {"bin": f}
+        for k in ("prefill", "decode"):
+            if k in graphs:
+                refs[k] = {"graph": graphs[k]["name"]}
+    else:
+        for k in ("prefill", "decode"):
+            if k in graphs:
+                f = f"{name}_{k}.bin"
+                sizes[f] = write_context(os.path.join(out_dir, f), p, [graphs[k]], blk)
+                refs[k] = {"bin": f, "graph": graphs[k]["name"]}
+    f = f"{name}_lmhead.bin"
+    sizes[f] = write_context(os.path.join(out_dir, f), p, [graphs["lmhead"]], head)
+    refs["lmhead"] = {"bin": f, "graph": graphs["lmhead"]["name"]}
+    return {"refs": refs, "sizes": sizes}
+
+
+def load_ranges(path: str | None) -> dict | None:
+    if not path:
+        return None
+    with open(path, encoding="utf-8") as f:
+        return {k: tuple(v) for k, v in json.load(f).items()}
 
 
 def write_context(path: str, model_hdr: dict, graphs: list[dict], weights) -> int:
@@ -503,7 +586,7 @@ def sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
-def manifest(m: Model, args, files: dict, encs: set[str], dequantized: set[str]) -> dict:
+def manifest(m: Model, args, files: dict, encs: set[str], dequantized: set[str], refs: dict) -> dict:
     p = m.params
     add_bos = bool(m.get("tokenizer.ggml.add_bos_token", False))
     bos = m.get("tokenizer.ggml.bos_token_id")
@@ -530,11 +613,10 @@ def manifest(m: Model, args, files: dict, encs: set[str], dequantized: set[str])
         "model": {"name": args.model_name or default_model_name(args.gguf), "family": "llm",
                   "arch": m.arch, "dsp_arch": DSP_ARCH, "soc_model": SOC_MODEL},
         "params": params,
-        "artifacts": {"contexts": {k: {"bin": files[k], "graph": f"{args.name}_{k}"}
-                                   for k in ("prefill", "decode", "lmhead")},
+        "artifacts": {"contexts": refs,
                       "embed": {"file": files["embed"], "dtype": args.embed_dtype},
                       "tokenizer": files["tokenizer"]},
-        "plan": {"op": "llama_generate", "ar": args.prefill_len},
+        "plan": {"op": "llama_generate", "ar": args.prefill_len if args.prefill != "none" else 1},
         "source": {"gguf": os.path.basename(args.gguf), "gguf_sha256": sha256_file(args.gguf),
                    "writer": "scripts/make_bundle.py", "weights": desc},
     }
@@ -572,19 +654,21 @@ def build(args) -> dict[str, int]:
     def load(names):
         return [(n, *m.weight(n, args.weights)) for n in names]
 
-    graphs = graphs_for(p, args.name, args.prefill_len, args.ctx, args.io)
+    if args.io.startswith("ufixed") and not args.calib:
+        raise BundleError(f"--io {args.io} needs --calib (value ranges recorded with QNN_EMU_CALIBRATE)")
+    graphs = graphs_for(p, args.name, args.prefill_len, args.ctx, args.io, args.prefill, args.kv_layout,
+                        load_ranges(args.calib))
     files, sizes, encs = {}, {}, set()
     blk = load([n for n in m.tensors if n.startswith("blk.")])
     head_w = "output.weight" if "output.weight" in m.tensors else "token_embd.weight"
     head = load(["output_norm.weight", head_w])
     encs |= {w[1] for w in blk + head}
-    for kind, weights in (("prefill", blk), ("decode", blk), ("lmhead", head)):
-        files[kind] = f"{args.name}_{kind}.bin"
-        sizes[files[kind]] = write_context(os.path.join(args.out, files[kind]), p, [graphs[kind]], weights)
+    written = write_graph_binaries(args.out, args.name, p, graphs, blk, head, args.shared)
+    sizes.update(written["sizes"])
     del blk, head
 
     files["embed"] = f"{args.name}_embed_{args.embed_dtype}.bin"
-    emb = m.embedding(args.embed_dtype)
+    emb = m.embedding(args.embed_dtype)  # (fixed-point bundles use an f16 table)
     with atomic_open(os.path.join(args.out, files["embed"])) as f:
         f.write(memoryview(np.ascontiguousarray(emb)).cast("B"))
     sizes[files["embed"]] = emb.nbytes
@@ -597,7 +681,8 @@ def build(args) -> dict[str, int]:
     sizes[files["tokenizer"]] = len(tok)
 
     man_name = f"{args.name}.json"
-    man = json.dumps(manifest(m, args, files, encs, dequantized), indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
+    man = json.dumps(manifest(m, args, files, encs, dequantized, written["refs"]), indent=2,
+                     ensure_ascii=False).encode("utf-8") + b"\n"
     with atomic_open(os.path.join(args.out, man_name)) as f:
         f.write(man)
     sizes[man_name] = len(man)
@@ -675,7 +760,8 @@ def self_test() -> None:
         for mode in ("q", "f32"):
             out = os.path.join(tmp, f"out-{mode}")
             args = argparse.Namespace(gguf=path, out=out, name="tiny", prefill_len=8, ctx=32, io="f32",
-                                      embed_dtype="f32", weights=mode, model_name=None)
+                                      embed_dtype="f32", weights=mode, model_name=None,
+                                      prefill="window", kv_layout="pos_major", shared=False, calib=None)
             sizes = build(args)
             for k in ("prefill", "decode", "lmhead"):
                 header, d, blob = read_context(os.path.join(out, f"tiny_{k}.bin"))
@@ -722,7 +808,12 @@ def main(argv=None) -> int:
     ap.add_argument("--name", default="smollm2", help="file / graph name prefix (default smollm2)")
     ap.add_argument("--prefill-len", type=int, default=64, help="prefill rows P (default 64)")
     ap.add_argument("--ctx", type=int, default=512, help="KV capacity C (default 512)")
-    ap.add_argument("--io", choices=("f32", "f16"), default="f32", help="graph I/O dtype")
+    ap.add_argument("--io", choices=("f32", "f16", "ufixed16"), default="f32", help="graph I/O dtype")
+    ap.add_argument("--prefill", choices=("window", "past", "none"), default="window",
+                    help="prefill graph: AR=P window (default), chunked with past K/V inputs, or none")
+    ap.add_argument("--kv-layout", choices=("pos_major", "head_major"), default="pos_major")
+    ap.add_argument("--shared", action="store_true", help="prefill and decode graphs in one binary")
+    ap.add_argument("--calib", help="value ranges JSON (QNN_EMU_CALIBRATE) for fixed-point I/O")
     ap.add_argument("--embed-dtype", choices=("f32", "f16"), default="f32")
     ap.add_argument("--weights", choices=("q", "f32"), default="q",
                     help="q: keep Q4_1/Q8_0 blocks (default); f32: dequantize everything")

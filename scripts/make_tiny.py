@@ -26,18 +26,19 @@ def build(args) -> None:
     p = {"arch": c["arch"], "hidden": c["hidden"], "n_layers": c["n_layers"], "n_heads": c["n_heads"],
          "n_kv_heads": c["n_kv_heads"], "head_dim": c["head_dim"], "ffn": c["ffn"], "vocab": c["vocab"],
          "rms_eps": c["rms_eps"]}
-    graphs = mb.graphs_for(p, name, args.prefill_len, args.ctx, args.io)
+    if args.io.startswith("ufixed") and not args.calib:
+        raise SystemExit(f"make_tiny: error: --io {args.io} needs --calib")
+    graphs = mb.graphs_for(p, name, args.prefill_len, args.ctx, args.io, args.prefill, args.kv_layout,
+                           mb.load_ranges(args.calib))
     os.makedirs(args.out, exist_ok=True)
     items = [(tm.gguf_name(k), "f32", list(v.shape), np.ascontiguousarray(v, dtype="<f4")) for k, v in w.items()]
     blk = [it for it in items if it[0].startswith("blk.")]
     head_name = "output.weight" if not c["tied"] else "token_embd.weight"
     head = [it for it in items if it[0] in ("output_norm.weight", head_name)]
+    refs = mb.write_graph_binaries(args.out, name, p, graphs, blk, head, args.shared)["refs"]
     files = {}
-    for kind, ws in (("prefill", blk), ("decode", blk), ("lmhead", head)):
-        files[kind] = f"{name}_{kind}.bin"
-        mb.write_context(os.path.join(args.out, files[kind]), p, [graphs[kind]], ws)
     emb = w["model.embed_tokens.weight"]
-    edt = "f16" if args.io == "f16" else "f32"
+    edt = "f32" if args.io == "f32" else "f16"
     files["embed"] = f"{name}_embed_{edt}.bin"
     with mb.atomic_open(os.path.join(args.out, files["embed"])) as f:
         f.write(np.ascontiguousarray(emb.astype("<f2" if edt == "f16" else "<f4")).tobytes())
@@ -51,9 +52,9 @@ def build(args) -> None:
         "schema_version": 1,
         "model": {"name": name, "family": "llm", "arch": c["arch"], "dsp_arch": mb.DSP_ARCH, "soc_model": mb.SOC_MODEL},
         "params": params,
-        "artifacts": {"contexts": {k: {"bin": files[k], "graph": f"{name}_{k}"} for k in ("prefill", "decode", "lmhead")},
+        "artifacts": {"contexts": refs,
                       "embed": {"file": files["embed"], "dtype": edt}, "tokenizer": "tokenizer.json"},
-        "plan": {"op": "llama_generate", "ar": args.prefill_len},
+        "plan": {"op": "llama_generate", "ar": args.prefill_len if args.prefill != "none" else 1},
         "source": {"writer": "scripts/make_tiny.py", "family": args.family, "weights_sha256": tm.checksum(w)},
     }
     with mb.atomic_open(os.path.join(args.out, f"{name}.json")) as f:
@@ -66,7 +67,11 @@ def main() -> int:
     ap.add_argument("--family", choices=sorted(tm.FAMILIES), required=True)
     ap.add_argument("--tokenizer", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--io", choices=("f32", "f16"), default="f32")
+    ap.add_argument("--io", choices=("f32", "f16", "ufixed16"), default="f32")
+    ap.add_argument("--prefill", choices=("window", "past", "none"), default="window")
+    ap.add_argument("--kv-layout", choices=("pos_major", "head_major"), default="pos_major")
+    ap.add_argument("--shared", action="store_true")
+    ap.add_argument("--calib", help="value ranges JSON recorded with QNN_EMU_CALIBRATE")
     ap.add_argument("--prefill-len", type=int, default=16)
     ap.add_argument("--ctx", type=int, default=256)
     ap.add_argument("--name")

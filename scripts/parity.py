@@ -45,8 +45,8 @@ def tie_text(g, step) -> str:
     return f"{i}:{a} / {j}:{b}"
 
 
-def manifest(bundles, family, io):
-    d = os.path.join(bundles, f"{family}-{io}")
+def manifest(bundles, family, variant):
+    d = os.path.join(bundles, f"{family}-{variant}")
     name = "smollm2.json" if family == "smollm2" else f"tiny_{family}.json"
     return d, os.path.join(d, name)
 
@@ -56,15 +56,16 @@ def run(args, d, man, g, extra):
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
-def check(args, g, io, label):
+def check(args, g, variant, label):
     """One golden through one bundle: (ok, why, agreeing steps, steps, f16 tie?)."""
-    d, man = manifest(args.bundles, g["family"], io)
+    d, man = manifest(args.bundles, g["family"], variant)
+    io = variant.split("-")[-1]
     # The golden records which weights made it; a bundle built from other weights fails here.
     src = json.load(open(man, encoding="utf-8")).get("source", {})
     for key in ("weights_sha256", "gguf_sha256"):
         if key in g["how_made"] and src.get(key) != g["how_made"][key]:
             return False, f"{key} of the bundle ({str(src.get(key))[:12]}) differs from the golden's ({g['how_made'][key][:12]}): weights drifted", 0, 0, False
-    if io == "f32":
+    if io == "f32":  # exact
         r = run(args, d, man, g, ["--expect-tokens", ",".join(map(str, g["gold_ids"])), "--json"])
         out = json.loads(r.stdout) if r.stdout.strip().startswith("{") else None
         if out is None or r.returncode not in (0, 3):
@@ -100,18 +101,34 @@ def main() -> int:
     ap.add_argument("--emu", default=os.path.join(ROOT, "target/release/libqnn_emu.so"))
     ap.add_argument("--bundles", default=os.path.join(ROOT, "target/bundles/parity"))
     ap.add_argument("--filter", default="")
+    ap.add_argument("--variants", default="f32,f16",
+                    help="bundle dirs <family>-<variant> to run; the last '-' part is the I/O dtype; "
+                         "'auto' = every <family>-* dir under --bundles")
+    ap.add_argument("--cases", default="", help="comma list of golden cases (default: all)")
     args = ap.parse_args()
     goldens = sorted(glob.glob(os.path.join(ROOT, "tests/goldens/parity/*.json")))
     if not goldens:
         print("parity: no goldens found", file=sys.stderr)
         return 1
     tasks = []
+    cases = set(filter(None, args.cases.split(",")))
     for path in goldens:
         g = json.load(open(path, encoding="utf-8"))
-        for io in ("f32", "f16"):
-            label = f"{g['family']}/{g['case']}/{io}"
+        if cases and g["case"] not in cases:
+            continue
+        if args.variants == "auto":
+            pre = f"{g['family']}-"
+            variants = sorted(e[len(pre):] for e in os.listdir(args.bundles)
+                              if e.startswith(pre) and os.path.isdir(os.path.join(args.bundles, e)))
+        else:
+            variants = args.variants.split(",")
+        for v in variants:
+            label = f"{g['family']}/{g['case']}/{v}"
             if args.filter in label:
-                tasks.append((g, io, label))
+                tasks.append((g, v, label))
+    if not tasks:
+        print("parity: no cases selected", file=sys.stderr)
+        return 1
     # Two cases at a time: most of a case is the emulator loading weights.
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -126,7 +143,8 @@ def main() -> int:
         agree_total += total
     if agree_total:
         rate = agree_steps / agree_total
-        line = f"f16 I/O greedy agreement with HF fp32: {agree_steps}/{agree_total} = {rate:.1%} (need >= {F16_AGREEMENT:.0%})"
+        line = (f"f16/fixed-point I/O greedy agreement with HF fp32: {agree_steps}/{agree_total} = {rate:.1%} "
+                f"(need >= {F16_AGREEMENT:.0%})")
         print(line)
         if rate < F16_AGREEMENT:
             print("FAIL f16 agreement below threshold")

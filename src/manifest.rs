@@ -116,6 +116,92 @@ pub struct Plan {
     pub op: Option<String>,
     #[serde(default)]
     pub ar: Option<usize>,
+    /// Tensor names by role for bundles whose graphs use other names: keys `x`, `cos`,
+    /// `sin`, `cmask`, `y`, `past_k`, `past_v`, `new_k`, `new_v`; per-layer names use `{i}`
+    /// (e.g. `"past_k": "layers.{i}.k_cache"`).
+    #[serde(default)]
+    pub io: std::collections::BTreeMap<String, String>,
+}
+
+impl Plan {
+    /// The tensor name of `role` (layer `i` for per-layer roles): `plan.io` or the default
+    /// LFM2-contract name (`x`, `past_k_<i>`, ...).
+    pub fn tensor_name(&self, role: &str, i: Option<usize>) -> String {
+        let pattern = self.io.get(role).cloned().unwrap_or_else(|| {
+            if i.is_some() {
+                format!("{role}_{{i}}")
+            } else {
+                role.to_string()
+            }
+        });
+        match i {
+            Some(i) => pattern.replace("{i}", &i.to_string()),
+            None => pattern,
+        }
+    }
+}
+
+/// Keys this version reads, per object (for the unknown-key note at -v).
+const KNOWN_KEYS: &[(&str, &[&str])] = &[
+    (
+        "",
+        &[
+            "schema_version",
+            "model",
+            "params",
+            "artifacts",
+            "plan",
+            "chat",
+            "source",
+        ],
+    ),
+    (
+        "model",
+        &["name", "family", "arch", "dsp_arch", "soc_model"],
+    ),
+    (
+        "params",
+        &[
+            "hidden",
+            "vocab",
+            "n_layers",
+            "n_heads",
+            "n_kv_heads",
+            "head_dim",
+            "max_ctx",
+            "rope_theta",
+            "rope_scaling",
+            "bos_token_id",
+            "eos_token_id",
+        ],
+    ),
+    ("artifacts", &["contexts", "embed", "tokenizer"]),
+    (
+        "artifacts.contexts",
+        &["prefill", "decode", "lmhead", "shared"],
+    ),
+    ("plan", &["op", "ar", "io", "params"]),
+];
+
+/// JSON paths of keys qhx does not read (they are ignored).
+pub fn unknown_keys(doc: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for (path, known) in KNOWN_KEYS {
+        let found = path
+            .split('.')
+            .filter(|p| !p.is_empty())
+            .try_fold(doc, |v, part| v.get(part));
+        if let Some(obj) = found.and_then(|v| v.as_object()) {
+            for k in obj.keys().filter(|k| !known.contains(&k.as_str())) {
+                out.push(if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                });
+            }
+        }
+    }
+    out
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -161,6 +247,8 @@ pub struct Manifest {
     pub tokenizer: PathBuf,
     pub plan: Plan,
     pub chat: Option<serde_json::Value>,
+    /// Keys present in the file that this version ignores.
+    pub unknown_keys: Vec<String>,
 }
 
 impl Manifest {
@@ -324,6 +412,9 @@ impl Manifest {
             tokenizer: resolve(&raw.artifacts.tokenizer, "artifacts.tokenizer")?,
             plan: raw.plan.clone(),
             chat: raw.chat.clone(),
+            unknown_keys: serde_json::from_slice(bytes)
+                .map(|v| unknown_keys(&v))
+                .unwrap_or_default(),
             params: raw.params,
         })
     }
@@ -360,6 +451,37 @@ mod tests {
         assert_eq!(m.embed_dtype, EmbedDtype::F16);
         assert!(m.prefill.is_none());
         assert_eq!(m.kv_dim(), 4);
+        assert_eq!(m.unknown_keys, vec!["future_key".to_string()]);
+        assert_eq!(m.plan.tensor_name("past_k", Some(3)), "past_k_3");
+        assert_eq!(m.plan.tensor_name("x", None), "x");
+    }
+
+    #[test]
+    fn plan_io_renames_roles_and_shared_supplies_bins() {
+        let s = GOOD.replace(
+            r#""contexts":{"decode":{"bin":"d.bin"}"#,
+            r#""contexts":{"shared":{"bin":"s.bin"},"prefill":{"graph":"pf"},"decode":{"graph":"dec"}"#,
+        );
+        let s = s.replace(
+            r#""future_key""#,
+            r#""plan":{"io":{"past_k":"layers.{i}.k","x":"embeds"}},"future_key""#,
+        );
+        let m = parse(&s).unwrap();
+        assert_eq!(m.decode.bin, PathBuf::from("/root/s.bin"));
+        assert_eq!(
+            m.prefill.as_ref().unwrap().bin,
+            PathBuf::from("/root/s.bin")
+        );
+        assert_eq!(m.lmhead.bin, PathBuf::from("/root/l.bin"));
+        assert_eq!(m.plan.tensor_name("past_k", Some(2)), "layers.2.k");
+        assert_eq!(m.plan.tensor_name("x", None), "embeds");
+        assert_eq!(m.plan.tensor_name("new_v", Some(0)), "new_v_0");
+        // Without `shared`, a context without `bin` is an error naming the field.
+        let bad = GOOD.replace(r#"{"bin":"d.bin"}"#, r#"{"graph":"d"}"#);
+        assert!(parse(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("artifacts.contexts.decode: missing field `bin`"));
     }
 
     #[test]

@@ -166,7 +166,9 @@ fn layer_io(m: &Manifest, g: &GraphDesc, decode: bool) -> Result<LayerIo> {
     let p = &m.params;
     let (h, hd, k) = (p.hidden, p.head_dim, m.kv_dim());
     let gn = g.name.as_str();
-    let (x, xt) = find(&g.inputs, "x", gn, "input")?;
+    // Tensor names by role; `plan.io` may rename them for bundles with other conventions.
+    let nm = |role: &str, i: Option<usize>| m.plan.tensor_name(role, i);
+    let (x, xt) = find(&g.inputs, &nm("x", None), gn, "input")?;
     let rows = elems_of(xt) / h;
     if rows == 0 || elems_of(xt) != rows * h {
         return Err(Error::graph(
@@ -186,8 +188,8 @@ fn layer_io(m: &Manifest, g: &GraphDesc, decode: bool) -> Result<LayerIo> {
             ),
         ));
     }
-    let (cos, ct) = find(&g.inputs, "cos", gn, "input")?;
-    let (sin, st) = find(&g.inputs, "sin", gn, "input")?;
+    let (cos, ct) = find(&g.inputs, &nm("cos", None), gn, "input")?;
+    let (sin, st) = find(&g.inputs, &nm("sin", None), gn, "input")?;
     for t in [ct, st] {
         if elems_of(t) != rows * hd {
             return Err(Error::graph(
@@ -196,8 +198,8 @@ fn layer_io(m: &Manifest, g: &GraphDesc, decode: bool) -> Result<LayerIo> {
             ));
         }
     }
-    let (mask, mt) = find(&g.inputs, "cmask", gn, "input")?;
-    let (y, yt) = find(&g.outputs, "y", gn, "output")?;
+    let (mask, mt) = find(&g.inputs, &nm("cmask", None), gn, "input")?;
+    let (y, yt) = find(&g.outputs, &nm("y", None), gn, "output")?;
     if elems_of(yt) != rows * h {
         return Err(Error::graph(
             gn,
@@ -209,8 +211,8 @@ fn layer_io(m: &Manifest, g: &GraphDesc, decode: bool) -> Result<LayerIo> {
     let mut past_shape = None;
     let mut new_shape = None;
     for i in 0..p.n_layers {
-        let (nk, nkt) = find(&g.outputs, &format!("new_k_{i}"), gn, "output")?;
-        let (nv, nvt) = find(&g.outputs, &format!("new_v_{i}"), gn, "output")?;
+        let (nk, nkt) = find(&g.outputs, &nm("new_k", Some(i)), gn, "output")?;
+        let (nv, nvt) = find(&g.outputs, &nm("new_v", Some(i)), gn, "output")?;
         for t in [nkt, nvt] {
             let s = KvShape::from_dims(&t.dims, p.n_kv_heads, hd)
                 .filter(|s| s.rows == rows)
@@ -223,10 +225,10 @@ fn layer_io(m: &Manifest, g: &GraphDesc, decode: bool) -> Result<LayerIo> {
             new_shape = Some(s);
         }
         new.push((nk, nv));
-        let has_past = g.inputs.iter().any(|t| t.name == format!("past_k_{i}"));
+        let has_past = g.inputs.iter().any(|t| t.name == nm("past_k", Some(i)));
         if has_past || decode {
-            let (pk, pkt) = find(&g.inputs, &format!("past_k_{i}"), gn, "input")?;
-            let (pv, pvt) = find(&g.inputs, &format!("past_v_{i}"), gn, "input")?;
+            let (pk, pkt) = find(&g.inputs, &nm("past_k", Some(i)), gn, "input")?;
+            let (pv, pvt) = find(&g.inputs, &nm("past_v", Some(i)), gn, "input")?;
             for t in [pkt, pvt] {
                 let s = KvShape::from_dims(&t.dims, p.n_kv_heads, hd)
                     .filter(|s| s.rows > 0)

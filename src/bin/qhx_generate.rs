@@ -274,6 +274,9 @@ fn run(args: Args) -> Result<ExitCode> {
         io_dtype,
     );
     if args.verbose > 0 {
+        for k in &m.unknown_keys {
+            eprintln!("qhx: note: manifest key {k} is not used by this version (ignored)");
+        }
         for (bin, ms) in &model.context_ms {
             eprintln!("qhx: context {} loaded in {ms:.1} ms", bin.display());
         }

@@ -21,6 +21,8 @@ pub struct EmuGraph {
     pub seq: usize,
     pub ctx: usize,
     pub layout: KvLayout,
+    final_norm: bool,
+    norm: bool,
     pub inputs: Vec<TensorSpec>,
     pub outputs: Vec<TensorSpec>,
     weights: Arc<Weights>,
@@ -91,6 +93,8 @@ impl EmuContext {
                     seq: g.seq,
                     ctx: g.ctx,
                     layout: g.kv_layout,
+                    final_norm: g.final_norm,
+                    norm: g.norm,
                     inputs,
                     outputs,
                     weights: weights.clone(),
@@ -351,7 +355,9 @@ fn run(
     match g.kind {
         GraphKind::Lmhead => {
             let x = read(ins.values().next().ok_or("no input")?);
-            let logits = w.lm_head(&x);
+            let n = if g.norm { w.final_norm(&x) } else { x };
+            crate::calib::record("y_norm", &n);
+            let logits = w.project(&n);
             write(outs.values().next().ok_or("no output")?, &logits);
         }
         GraphKind::Prefill | GraphKind::Decode => {
@@ -406,7 +412,12 @@ fn run(
                 },
                 &past,
             );
-            write(&outs["y"], &out.y);
+            let out_y = if g.final_norm {
+                w.final_norm(&out.y)
+            } else {
+                out.y.clone()
+            };
+            write(&outs["y"], &out_y);
             if knobs::get().calibrate.is_some() {
                 // Only the rows holding real tokens (non-zero x) count for the ranges.
                 let h = c.hidden;

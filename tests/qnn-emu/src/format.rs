@@ -59,8 +59,18 @@ pub struct GraphHeader {
     pub ctx: usize,
     #[serde(default)]
     pub kv_layout: KvLayout,
+    /// prefill/decode: apply the final RMSNorm (`output_norm.weight`) to `y` in-graph.
+    #[serde(default)]
+    pub final_norm: bool,
+    /// lmhead: apply the final RMSNorm before the projection (off when the layer graphs do).
+    #[serde(default = "yes")]
+    pub norm: bool,
     pub inputs: Vec<TensorHeader>,
     pub outputs: Vec<TensorHeader>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn one_usize() -> usize {

@@ -87,11 +87,16 @@ impl Weights {
             .graphs
             .iter()
             .any(|g| g.kind == crate::format::GraphKind::Lmhead);
-        if needs_lm && (output_norm.is_none() || lm.is_none()) {
-            return Err(
-                "lm-head graph needs output_norm.weight and output.weight or token_embd.weight"
-                    .into(),
-            );
+        let needs_norm = p
+            .header
+            .graphs
+            .iter()
+            .any(|g| g.final_norm || (g.kind == crate::format::GraphKind::Lmhead && g.norm));
+        if needs_norm && output_norm.is_none() {
+            return Err("a graph applies the final norm but output_norm.weight is missing".into());
+        }
+        if needs_lm && lm.is_none() {
+            return Err("lm-head graph needs output.weight or token_embd.weight".into());
         }
         Ok(Weights {
             cfg,
@@ -343,9 +348,14 @@ impl Weights {
     }
 
     /// Final RMSNorm then the vocabulary projection.
-    pub fn lm_head(&self, hidden: &[f32]) -> Vec<f32> {
-        let n = rms_norm(hidden, self.output_norm.as_ref().unwrap(), self.cfg.rms_eps);
-        matmul(&n, 1, self.lm.as_ref().unwrap(), self.cfg.hidden, None)
+    /// The final RMSNorm of `rows` hidden rows (`output_norm.weight`).
+    pub fn final_norm(&self, hidden: &[f32]) -> Vec<f32> {
+        rms_norm(hidden, self.output_norm.as_ref().unwrap(), self.cfg.rms_eps)
+    }
+
+    /// The vocabulary projection of one (already normalised) hidden row.
+    pub fn project(&self, normed: &[f32]) -> Vec<f32> {
+        matmul(normed, 1, self.lm.as_ref().unwrap(), self.cfg.hidden, None)
     }
 }
 

@@ -123,8 +123,10 @@ fn tensor_q(s: &SynthSpec, name: &str, dtype: &str, dims: &[usize]) -> Value {
     let r = role(name);
     let (lo, hi) = match r.as_str() {
         "rope" => (-1.0, 1.0),
-        // The hidden-mask value is the range minimum: wide enough that exp() underflows.
-        "mask" => (-60.0, 0.0),
+        // The hidden-mask value is the range minimum. It must beat any score against a cache
+        // slot never written (zero bytes decode to the range minimum, not to 0.0); 0 itself
+        // is exact because the zero-point is an integer.
+        "mask" => (-30000.0, 0.0),
         _ => s.ranges.get(&r).copied().unwrap_or((-32.0, 32.0)),
     };
     let (lo, hi) = if name == "hidden" {

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Bundle-shape matrix for the parity goldens (issue #4): for SmolLM2 (real weights) and the
+# tiny Qwen2, every prefill shape x KV layout x I/O dtype, P=64, C=512:
+#   prefill: window (AR=P, no past; rest of the prompt via decode) | past (chunked prefill
+#            reading the cache; prefill+decode in one shared binary) | none (decode-over-prompt)
+#   layout:  pos_major | head_major      io: f32 | f16 | ufixed16 (scales calibrated below)
+# Fixed-point scales come from QNN_EMU_CALIBRATE runs of the f32 bundle over the golden
+# prompts. Prints the output dir (target/bundles/matrix).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+par=$(scripts/build-parity.sh)
+cache=${QHX_CACHE:-$HOME/.cache/qhx}
+py="$cache/venv/bin/python"
+out=target/bundles/matrix
+mkdir -p "$out"
+bin=target/release/qhx_generate
+lib=target/release/libqnn_emu.so
+[[ -x $bin && -f $lib ]] || { echo "build-matrix: build the workspace first" >&2; exit 1; }
+
+calibrate() { # family manifest dir
+    local fam=$1 man=$2 dir=$3 calib="$out/$1.calib.json"
+    if [[ -f $calib && $calib -nt $man ]]; then return; fi
+    echo "build-matrix: calibrating $fam on the f32 bundle" >&2
+    rm -f "$calib"
+    for g in tests/goldens/parity/${fam}_*.json; do
+        prompt=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["prompt"], end="")' "$g")
+        QNN_EMU_CALIBRATE="$PWD/$calib" "$bin" "$man" "$lib" "$lib" "$dir" 8 "$prompt" --ignore-eos >/dev/null 2>&1
+    done
+}
+calibrate smollm2 "$par/smollm2-f32/smollm2.json" "$par/smollm2-f32"
+calibrate qwen2 "$par/qwen2-f32/tiny_qwen2.json" "$par/qwen2-f32"
+
+gguf="$cache/assets/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+for prefill in window past none; do
+  for layout in pos_major head_major; do
+    for io in f32 f16 ufixed16; do
+      v="$prefill-$layout-$io"
+      extra=()
+      [[ $prefill == past ]] && extra+=(--shared)
+      [[ $io == ufixed16 ]] && extra+=(--calib)
+      emb=f16; [[ $io == f32 ]] && emb=f32
+      d="$out/smollm2-$v"
+      if [[ ! -f $d/smollm2.json || scripts/make_bundle.py -nt $d/smollm2.json || $out/smollm2.calib.json -nt $d/smollm2.json ]]; then
+          echo "build-matrix: $d" >&2
+          args=(--gguf "$gguf" --out "$d" --name smollm2 --prefill "$prefill" --kv-layout "$layout" --io "$io"
+                --embed-dtype "$emb" --prefill-len 64 --ctx 512 "${extra[@]}")
+          [[ $io == ufixed16 ]] && args+=("$out/smollm2.calib.json")
+          "$py" scripts/make_bundle.py "${args[@]}" >&2
+      fi
+      d="$out/qwen2-$v"
+      if [[ ! -f $d/tiny_qwen2.json || scripts/make_tiny.py -nt $d/tiny_qwen2.json || $out/qwen2.calib.json -nt $d/tiny_qwen2.json ]]; then
+          echo "build-matrix: $d" >&2
+          args=(--family qwen2 --tokenizer "$par/tok/deepseek-r1-distill.json" --out "$d" --prefill "$prefill"
+                --kv-layout "$layout" --io "$io" --prefill-len 64 --ctx 512 "${extra[@]}")
+          [[ $io == ufixed16 ]] && args+=("$out/qwen2.calib.json")
+          "$py" scripts/make_tiny.py "${args[@]}" >&2
+      fi
+    done
+  done
+done
+echo "$out"
