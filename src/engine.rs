@@ -10,8 +10,9 @@ use crate::kv::copy_rows;
 use crate::model::{LayerIo, Model};
 use crate::ops::{mask, rope::RopeTable};
 use crate::qnn::Binding;
-use crate::sampler;
+use crate::sampler::{self, SamplerScratch, SamplingParams};
 use crate::stats::Stats;
+use rand::SeedableRng;
 use serde::Serialize;
 use std::time::Instant;
 
@@ -41,6 +42,56 @@ impl FinishReason {
 pub struct GenConfig {
     pub n_tokens: usize,
     pub allow_nonfinite: bool,
+    /// Greedy unless temperature > 0 and top_k != 1.
+    pub sampling: SamplingParams,
+    pub seed: u64,
+    /// Keep generating past an end token (benchmarks).
+    pub ignore_eos: bool,
+}
+
+impl GenConfig {
+    pub fn greedy(n_tokens: usize) -> GenConfig {
+        GenConfig {
+            n_tokens,
+            allow_nonfinite: false,
+            sampling: SamplingParams::GREEDY,
+            seed: 0,
+            ignore_eos: false,
+        }
+    }
+}
+
+/// Host time per component of the decode steps run while profiling was on, in nanoseconds
+/// (sums; divide by `steps`). graphExecute time is kept apart: on a device it is NPU time.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StepProfile {
+    pub steps: u64,
+    pub embed_ns: u64,
+    pub rope_ns: u64,
+    pub mask_ns: u64,
+    pub kv_write_ns: u64,
+    /// Decode output `y` read and lm-head input write (dtype conversions).
+    pub io_convert_ns: u64,
+    pub lmhead_read_ns: u64,
+    pub sampling_ns: u64,
+    pub execute_ns: u64,
+}
+
+impl StepProfile {
+    /// (name, ms per step) of every host component, in table order.
+    pub fn components_ms(&self) -> Vec<(&'static str, f64)> {
+        let n = self.steps.max(1) as f64;
+        let ms = |ns: u64| ns as f64 / n / 1e6;
+        vec![
+            ("embed", ms(self.embed_ns)),
+            ("rope", ms(self.rope_ns)),
+            ("mask", ms(self.mask_ns)),
+            ("kv_write", ms(self.kv_write_ns)),
+            ("io_convert", ms(self.io_convert_ns)),
+            ("lmhead_read", ms(self.lmhead_read_ns)),
+            ("sampling", ms(self.sampling_ns)),
+        ]
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -72,6 +123,10 @@ pub struct Engine<'m> {
     /// Host bytes written into graph inputs by the last decode step (for the C-independence
     /// check of issue-level benchmarks).
     pub last_step_bytes: usize,
+    /// Per-component host timing of decode steps, when enabled with [`Engine::profile`].
+    pub profile: Option<StepProfile>,
+    scratch_s: SamplerScratch,
+    rng: rand::rngs::StdRng,
 }
 
 impl<'m> Engine<'m> {
@@ -92,6 +147,9 @@ impl<'m> Engine<'m> {
             pos: 0,
             allow_nonfinite: false,
             last_step_bytes: 0,
+            profile: None,
+            scratch_s: SamplerScratch::default(),
+            rng: rand::rngs::StdRng::seed_from_u64(0),
         };
         e.reset();
         e
@@ -138,6 +196,7 @@ impl<'m> Engine<'m> {
             ..Default::default()
         };
         self.allow_nonfinite = cfg.allow_nonfinite;
+        self.rng = rand::rngs::StdRng::seed_from_u64(cfg.seed);
         let t0 = Instant::now();
         self.run_prompt(ids)?;
         let mut tok = self.sample_logits(0, cfg)?;
@@ -148,7 +207,7 @@ impl<'m> Engine<'m> {
         let eos = &m.manifest.eos;
         let finish = loop {
             out.push(tok);
-            if eos.contains(&tok) {
+            if !cfg.ignore_eos && eos.contains(&tok) {
                 break FinishReason::Eos;
             }
             if let Next::Stop(r) = on_token(tok)? {
@@ -162,6 +221,9 @@ impl<'m> Engine<'m> {
             }
             self.decode_step(tok)?;
             tok = self.sample_logits(out.len(), cfg)?;
+            if let Some(p) = &mut self.profile {
+                p.steps += 1;
+            }
         };
         stats.decode_ms = ms(t1);
         stats.generated_tokens = out.len();
@@ -252,21 +314,22 @@ impl<'m> Engine<'m> {
     fn decode_step(&mut self, token: u32) -> Result<()> {
         let m = self.m;
         let (g, io) = (&m.decode.0, &m.decode.1);
-        let h = m.manifest.params.hidden;
         let p = self.pos;
         let dshape = io.past_shape.expect("decode graphs have past inputs");
+        let mut clock = Clock::new(self.profile.is_some());
         {
             let mut x = self.dec.input_mut(io.x);
             m.embed.write_row(token, &mut x, 0)?;
         }
+        let t_embed = clock.lap();
         self.dec.input_mut(io.cos).write_f32(0, self.rope.cos(p));
         self.dec.input_mut(io.sin).write_f32(0, self.rope.sin(p));
+        let t_rope = clock.lap();
         g.graph.execute(&mut self.dec)?;
-        let mut bytes = 0;
+        let t_exec = clock.lap();
         for (l, &(nk, nv)) in io.new.iter().enumerate() {
             let (pk, pv) = io.past[l];
             for (o, i) in [(nk, pk), (nv, pv)] {
-                bytes += self.dec.desc.outputs[o].bytes();
                 let (src, mut dst) = self.dec.output_and_input_mut(o, i);
                 copy_rows(
                     (&src, &io.new_shape, 0),
@@ -276,16 +339,22 @@ impl<'m> Engine<'m> {
                 );
             }
         }
+        let t_kv = clock.lap();
         self.dec.input_mut(io.mask).fill(p, 1, 0.0);
+        let t_mask = clock.lap();
         self.dec.output(io.y).read_f32(0, &mut self.hidden);
         self.check_finite_hidden(&g.desc.name, p, p)?;
         self.lm.input_mut(0).write_f32(0, &self.hidden);
-        let es = |d: &crate::qnn::TensorDesc| qnn_sys::dtype::size_of(d.dtype).unwrap_or(0);
-        bytes += h * es(&self.dec.desc.inputs[io.x])
-            + 2 * m.manifest.params.head_dim * es(&self.dec.desc.inputs[io.cos])
-            + es(&self.dec.desc.inputs[io.mask])
-            + h * es(&self.lm.desc.inputs[0]);
-        self.last_step_bytes = bytes;
+        let t_io = clock.lap();
+        if let Some(pr) = &mut self.profile {
+            pr.embed_ns += t_embed;
+            pr.rope_ns += t_rope;
+            pr.execute_ns += t_exec;
+            pr.kv_write_ns += t_kv;
+            pr.mask_ns += t_mask;
+            pr.io_convert_ns += t_io;
+        }
+        self.last_step_bytes = m.decode_step_bytes;
         self.pos = p + 1;
         Ok(())
     }
@@ -293,20 +362,43 @@ impl<'m> Engine<'m> {
     /// Execute the lm-head on its current input and pick the next token.
     fn sample_logits(&mut self, step: usize, cfg: &GenConfig) -> Result<u32> {
         let g = &self.m.lmhead;
+        let mut clock = Clock::new(self.profile.is_some());
         g.graph.execute(&mut self.lm)?;
+        let t_exec = clock.lap();
         self.lm.output(0).read_f32(0, &mut self.logits);
-        if !(cfg.allow_nonfinite || self.allow_nonfinite) {
-            if let Some(_i) = sampler::first_non_finite(&self.logits) {
-                return Err(Error::NonFinite {
-                    what: "logits",
-                    step,
-                    pos: self.pos.saturating_sub(1),
-                    graph: g.desc.name.clone(),
-                    hint: " — fp16 overflow in the graph is the usual cause (see the seed bundle notes); --allow-nonfinite continues anyway",
-                });
+        let t_read = clock.lap();
+        let check = !(cfg.allow_nonfinite || self.allow_nonfinite);
+        let greedy = cfg.sampling.is_greedy();
+        let picked = if greedy && check {
+            // One pass: argmax fused with the finiteness check.
+            sampler::argmax_checked(&self.logits).ok()
+        } else {
+            if check && sampler::first_non_finite(&self.logits).is_some() {
+                None
+            } else if greedy {
+                Some(sampler::argmax(&self.logits))
+            } else {
+                Some(sampler::sample_top_k_top_p(
+                    &self.logits,
+                    &cfg.sampling,
+                    &mut self.scratch_s,
+                    &mut self.rng,
+                ))
             }
+        };
+        let t_sample = clock.lap();
+        if let Some(pr) = &mut self.profile {
+            pr.execute_ns += t_exec;
+            pr.lmhead_read_ns += t_read;
+            pr.sampling_ns += t_sample;
         }
-        Ok(sampler::argmax(&self.logits))
+        picked.ok_or_else(|| Error::NonFinite {
+            what: "logits",
+            step,
+            pos: self.pos.saturating_sub(1),
+            graph: g.desc.name.clone(),
+            hint: " — fp16 overflow in the graph is the usual cause (see the seed bundle notes); --allow-nonfinite continues anyway",
+        })
     }
 
     fn check_finite_hidden(&self, graph: &str, step: usize, pos: usize) -> Result<()> {
@@ -320,6 +412,28 @@ impl<'m> Engine<'m> {
             });
         }
         Ok(())
+    }
+}
+
+/// Lap timer that costs nothing when off.
+struct Clock(Option<Instant>);
+
+impl Clock {
+    fn new(on: bool) -> Clock {
+        Clock(on.then(Instant::now))
+    }
+
+    /// Nanoseconds since the previous lap (0 when off).
+    fn lap(&mut self) -> u64 {
+        match &mut self.0 {
+            Some(t) => {
+                let now = Instant::now();
+                let d = now.duration_since(*t).as_nanos() as u64;
+                *t = now;
+                d
+            }
+            None => 0,
+        }
     }
 }
 

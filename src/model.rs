@@ -50,6 +50,10 @@ pub struct Model {
     pub load_ms: f64,
     /// Per context binary: (file, ms to create).
     pub context_ms: Vec<(PathBuf, f64)>,
+    /// Host bytes a decode step writes into graph inputs: one embedding row, one RoPE row
+    /// (cos + sin), one mask slot, one K and one V row per layer, and the lm-head input.
+    /// Derived once from the descriptors; it has no C term.
+    pub decode_step_bytes: usize,
 }
 
 fn role_words(role: &str) -> &'static [&'static str] {
@@ -414,6 +418,20 @@ impl Model {
             }
         }
         let max_ctx = m.params.max_ctx.min(dio.ctx);
+        let decode_step_bytes = {
+            let es = |t: &TensorDesc| qnn_sys::dtype::size_of(t.dtype).unwrap_or(0);
+            let d = &dg.desc;
+            let row = |i: usize| es(&d.inputs[i]) * dio.new_shape.n_kv * dio.new_shape.head_dim;
+            m.params.hidden * es(&d.inputs[dio.x])
+                + m.params.head_dim * (es(&d.inputs[dio.cos]) + es(&d.inputs[dio.sin]))
+                + es(&d.inputs[dio.mask])
+                + dio
+                    .past
+                    .iter()
+                    .map(|&(k, v)| row(k) + row(v))
+                    .sum::<usize>()
+                + m.params.hidden * es(&lmhead.desc.inputs[0])
+        };
         let load_ms = t0_ms(t0);
         Ok(Model {
             manifest: m,
@@ -426,6 +444,7 @@ impl Model {
             max_ctx,
             load_ms,
             context_ms,
+            decode_step_bytes,
         })
     }
 }

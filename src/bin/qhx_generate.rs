@@ -235,8 +235,8 @@ fn run(args: Args) -> Result<ExitCode> {
         n_tokens = budget;
     }
     let cfg = GenConfig {
-        n_tokens,
         allow_nonfinite: args.allow_nonfinite,
+        ..GenConfig::greedy(n_tokens)
     };
 
     let mut engine = Engine::new(&model);

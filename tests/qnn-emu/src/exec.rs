@@ -338,6 +338,12 @@ fn run(
     if g.null_compute || nan {
         for (i, o) in g.outputs.iter().enumerate() {
             let mut v = vec![if nan { f32::NAN } else { 0.0 }; o.elems()];
+            if !nan && g.kind == GraphKind::Lmhead && i == 0 && knobs::get().null_logits_noise {
+                // Realistic-looking logits for sampling benchmarks: deterministic noise in
+                // [-8, 8) that changes every execute.
+                let mut rng = crate::writer::Rng::new(knobs::next_noise_seed());
+                v.iter_mut().for_each(|x| *x = rng.uniform(8.0));
+            }
             if !nan && g.kind == GraphKind::Lmhead && i == 0 {
                 // Deterministic logits: favour a token that depends on nothing but the graph.
                 v[(o.elems() / 7).min(o.elems() - 1)] = 1.0;

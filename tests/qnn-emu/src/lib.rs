@@ -13,6 +13,8 @@
 //! * `QNN_EMU_NAN=kind@n`: the n-th (0-based) execution of a graph of `kind`
 //!   (prefill | decode | lmhead) writes NaN outputs.
 //! * `QNN_EMU_NULL_COMPUTE=1`: validate arguments, skip the math.
+//! * `QNN_EMU_NULL_LOGITS=noise`: in null-compute mode the lm-head writes deterministic
+//!   pseudo-random logits (a fresh draw per execute) instead of a one-hot vector.
 //! * `QNN_EMU_TRACE=path`: after every handle create/free, rewrite `path` with a JSON
 //!   record of live handles and the ordered create/free events.
 //! * `QNN_EMU_THREADS=n`: math threads (default: available parallelism).
