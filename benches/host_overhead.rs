@@ -88,7 +88,7 @@ fn measure(
     sampling: SamplingParams,
     steps: usize,
 ) -> (Vec<(&'static str, f64)>, f64, usize) {
-    let mut engine = Engine::new(model);
+    let mut engine = Engine::new(model).expect("bind");
     let n = steps.min(model.max_ctx - 2);
     let cfg = GenConfig {
         sampling,
@@ -196,8 +196,7 @@ fn main() {
                     colds.push((shape, cold_start(&manifest, &sdir, &lib)));
                 }
                 let m = Manifest::load(&manifest, &sdir).expect("manifest");
-                let model =
-                    Model::load(m, &lib, &lib, &LoadOptions { log_level: 0 }).expect("load");
+                let model = Model::load(m, &lib, &lib, &LoadOptions::default()).expect("load");
                 for (sname, sp) in samplers {
                     let (comps, exec, bytes) = measure(&model, sp, steps);
                     let total = comps.iter().map(|c| c.1).sum();

@@ -130,7 +130,8 @@ pub struct Engine<'m> {
 }
 
 impl<'m> Engine<'m> {
-    pub fn new(m: &'m Model) -> Engine<'m> {
+    /// Bind every graph's I/O once (rpcmem + memRegister when the runtime has rpcmem).
+    pub fn new(m: &'m Model) -> Result<Engine<'m>> {
         let p = &m.manifest.params;
         let prefill_rows = m.prefill.as_ref().map_or(0, |(_, io)| io.rows);
         let positions = m.max_ctx.max(prefill_rows);
@@ -138,9 +139,12 @@ impl<'m> Engine<'m> {
         let mut e = Engine {
             m,
             rope,
-            pre: m.prefill.as_ref().map(|(g, _)| Binding::new(&g.desc)),
-            dec: Binding::new(&m.decode.0.desc),
-            lm: Binding::new(&m.lmhead.desc),
+            pre: match &m.prefill {
+                Some((g, _)) => Some(Binding::for_graph(&g.graph, &g.desc)?),
+                None => None,
+            },
+            dec: Binding::for_graph(&m.decode.0.graph, &m.decode.0.desc)?,
+            lm: Binding::for_graph(&m.lmhead.graph, &m.lmhead.desc)?,
             logits: vec![0.0; p.vocab],
             hidden: vec![0.0; p.hidden],
             scratch: Vec::new(),
@@ -152,7 +156,12 @@ impl<'m> Engine<'m> {
             rng: rand::rngs::StdRng::seed_from_u64(0),
         };
         e.reset();
-        e
+        Ok(e)
+    }
+
+    /// True when graph I/O is zero-copy (registered rpcmem buffers).
+    pub fn zero_copy(&self) -> bool {
+        self.dec.is_shared() && self.lm.is_shared()
     }
 
     /// Forget the cache: every decode mask slot hidden.

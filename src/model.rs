@@ -54,6 +54,8 @@ pub struct Model {
     /// (cos + sin), one mask slot, one K and one V row per layer, and the lm-head input.
     /// Derived once from the descriptors; it has no C term.
     pub decode_step_bytes: usize,
+    /// Why rpcmem is not in use (None when it is loaded).
+    pub rpcmem_note: Option<String>,
 }
 
 fn role_words(role: &str) -> &'static [&'static str] {
@@ -290,6 +292,24 @@ fn layer_io(m: &Manifest, g: &GraphDesc, decode: bool) -> Result<LayerIo> {
 
 pub struct LoadOptions {
     pub log_level: u32,
+    /// HTP performance vote held while the model is loaded.
+    pub perf: qnn::PerfMode,
+    /// rpcmem library for zero-copy I/O (`libcdsprpc.so` by default); None disables it.
+    pub rpcmem_lib: Option<PathBuf>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            log_level: 0,
+            perf: qnn::PerfMode::Burst,
+            rpcmem_lib: Some(PathBuf::from(if cfg!(windows) {
+                "libcdsprpc.dll"
+            } else {
+                "libcdsprpc.so"
+            })),
+        }
+    }
 }
 
 impl Model {
@@ -318,7 +338,13 @@ impl Model {
             });
         }
         let embed = EmbedTable::open(&m.embed, m.embed_dtype, m.params.vocab, m.params.hidden)?;
-        let rt = Arc::new(Runtime::new(backend, system, opts.log_level)?);
+        let mut rt = Runtime::new(backend, system, opts.log_level)?;
+        rt.set_perf(opts.perf)?;
+        let rpcmem_note = match &opts.rpcmem_lib {
+            Some(p) => rt.load_rpcmem(p).err(),
+            None => Some("disabled".to_string()),
+        };
+        let rt = Arc::new(rt);
 
         // Each distinct binary once: metadata via libQnnSystem, then a context.
         let mut refs: Vec<(&str, &GraphRef)> = Vec::new();
@@ -445,6 +471,7 @@ impl Model {
             load_ms,
             context_ms,
             decode_step_bytes,
+            rpcmem_note,
         })
     }
 }

@@ -5,21 +5,79 @@
 //! inside the buffers, never the tensor structs.
 
 use super::binary::{GraphDesc, TensorDesc};
+use super::context::{Context, Graph};
+use super::runtime::Runtime;
+use crate::error::Result;
 use crate::ops::convert::{Quant, Typed, TypedMut};
 use qnn_sys::{dtype, mem_type, QnnTensor, QNN_TENSOR_VERSION_1, QNN_TENSOR_VERSION_2};
 use std::ffi::CString;
+use std::sync::Arc;
+
+/// Where a buffer's bytes live.
+enum Storage {
+    /// Process heap, passed to QNN as a client buffer.
+    Heap(Vec<u64>),
+    /// An rpcmem allocation (shared with the DSP), freed through its runtime.
+    Rpc {
+        ptr: *mut u8,
+        fd: i32,
+        rt: Arc<Runtime>,
+    },
+}
 
 /// An 8-byte aligned, zero-initialised byte buffer.
 pub struct HostBuf {
-    words: Vec<u64>,
+    storage: Storage,
     bytes: usize,
+}
+
+// SAFETY: an rpcmem buffer is plain memory owned by this value alone.
+unsafe impl Send for HostBuf {}
+
+impl Drop for HostBuf {
+    fn drop(&mut self) {
+        if let Storage::Rpc { ptr, rt, .. } = &self.storage {
+            if let Some(r) = &rt.rpcmem {
+                // SAFETY: allocated by this library in `HostBuf::rpc`; freed once, after the
+                // owning binding deregistered it.
+                unsafe { r.free(*ptr) };
+            }
+        }
+    }
 }
 
 impl HostBuf {
     pub fn zeroed(bytes: usize) -> Self {
         HostBuf {
-            words: vec![0u64; bytes.div_ceil(8)],
+            storage: Storage::Heap(vec![0u64; bytes.div_ceil(8)]),
             bytes,
+        }
+    }
+
+    /// A zeroed rpcmem buffer, or None when the allocator refuses.
+    fn rpc(rt: &Arc<Runtime>, bytes: usize) -> Option<Self> {
+        let (ptr, fd) = rt.rpcmem.as_ref()?.alloc(bytes)?;
+        Some(HostBuf {
+            storage: Storage::Rpc {
+                ptr,
+                fd,
+                rt: rt.clone(),
+            },
+            bytes,
+        })
+    }
+
+    fn base(&self) -> *const u8 {
+        match &self.storage {
+            Storage::Heap(w) => w.as_ptr() as *const u8,
+            Storage::Rpc { ptr, .. } => *ptr,
+        }
+    }
+
+    fn base_mut(&mut self) -> *mut u8 {
+        match &mut self.storage {
+            Storage::Heap(w) => w.as_mut_ptr() as *mut u8,
+            Storage::Rpc { ptr, .. } => *ptr,
         }
     }
 
@@ -32,18 +90,18 @@ impl HostBuf {
     }
 
     pub fn as_bytes(&self) -> &[u8] {
-        // SAFETY: the Vec<u64> holds at least `bytes` initialised bytes; u8 has no
-        // alignment or validity requirements.
-        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.bytes) }
+        // SAFETY: the storage holds at least `bytes` initialised bytes (heap: zeroed Vec;
+        // rpcmem: zeroed at allocation); u8 has no alignment or validity requirements.
+        unsafe { std::slice::from_raw_parts(self.base(), self.bytes) }
     }
 
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as above, with unique access through &mut self.
-        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr() as *mut u8, self.bytes) }
+        unsafe { std::slice::from_raw_parts_mut(self.base_mut(), self.bytes) }
     }
 
     fn ptr(&mut self) -> *mut u8 {
-        self.words.as_mut_ptr() as *mut u8
+        self.base_mut()
     }
 
     /// Reinterpret as a slice of `T`.
@@ -52,9 +110,9 @@ impl HostBuf {
     /// `T` must be a plain number type (every bit pattern valid) of size 1, 2, 4 or 8.
     unsafe fn cast<T>(&self) -> &[T] {
         let n = self.bytes / std::mem::size_of::<T>();
-        // SAFETY: the storage is 8-aligned (>= align of T), holds `bytes` initialised bytes,
-        // and the caller promises every bit pattern is a valid T.
-        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const T, n) }
+        // SAFETY: the storage is 8-aligned (heap Vec<u64>; rpcmem is page-aligned), holds
+        // `bytes` initialised bytes, and the caller promises every bit pattern is a valid T.
+        unsafe { std::slice::from_raw_parts(self.base() as *const T, n) }
     }
 
     /// # Safety
@@ -62,7 +120,7 @@ impl HostBuf {
     unsafe fn cast_mut<T>(&mut self) -> &mut [T] {
         let n = self.bytes / std::mem::size_of::<T>();
         // SAFETY: as in `cast`, with unique access.
-        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr() as *mut T, n) }
+        unsafe { std::slice::from_raw_parts_mut(self.base_mut() as *mut T, n) }
     }
 
     /// A typed view for a tensor of `desc`'s dtype; None for unsupported dtypes.
@@ -135,6 +193,23 @@ pub struct Binding {
     // Kept alive for the tensor structs' name and dimensions pointers.
     _names: Vec<CString>,
     _dims: Vec<Box<[u32]>>,
+    /// Registered memory handles (zero-copy mode) and the context they belong to; they are
+    /// deregistered before the buffers are freed and before the context can be.
+    mem: Vec<qnn_sys::QnnMemHandle>,
+    ctx: Option<Arc<Context>>,
+}
+
+impl Drop for Binding {
+    fn drop(&mut self) {
+        if let (Some(ctx), false) = (&self.ctx, self.mem.is_empty()) {
+            if let Some(f) = ctx.runtime().backend().table.mem_de_register {
+                // SAFETY: handles registered by `for_graph` with this context, freed once;
+                // the graph is not executing (we hold &mut self).
+                let _ = unsafe { f(self.mem.as_ptr(), self.mem.len() as u32) };
+            }
+        }
+        // Fields drop next: buffers (rpcmem_free), then the context Arc.
+    }
 }
 
 impl Binding {
@@ -192,7 +267,88 @@ impl Binding {
             out_bufs,
             _names: names,
             _dims: dims,
+            mem: Vec::new(),
+            ctx: None,
         }
+    }
+
+    /// Like [`Binding::new`], but with zero-copy I/O when the graph's runtime has rpcmem:
+    /// every input and output is an rpcmem buffer, registered once with `memRegister`
+    /// (ION descriptor, one buffer per tensor) and bound as a MEMHANDLE tensor. Without
+    /// rpcmem, client buffers as in `new`.
+    pub fn for_graph(graph: &Graph, desc: &GraphDesc) -> Result<Binding> {
+        let ctx = graph.ctx.clone();
+        let rt = ctx.runtime().clone();
+        if rt.rpcmem.is_none() {
+            return Ok(Binding::new(desc));
+        }
+        let mut b = Binding::new(desc);
+        let register =
+            rt.backend()
+                .table
+                .mem_register
+                .ok_or_else(|| crate::Error::MissingEntry {
+                    step: format!("registering shared I/O buffers of graph {}", desc.name),
+                    entry: "memRegister",
+                })?;
+        b.ctx = Some(ctx.clone());
+        let n_in = b.inputs.len();
+        for k in 0..n_in + b.outputs.len() {
+            let (t, buf, qt) = if k < n_in {
+                (&desc.inputs[k], &mut b.in_bufs[k], &mut b.inputs[k])
+            } else {
+                let j = k - n_in;
+                (&desc.outputs[j], &mut b.out_bufs[j], &mut b.outputs[j])
+            };
+            let shared = HostBuf::rpc(&rt, t.bytes()).ok_or_else(|| {
+                crate::Error::Input(format!(
+                    "rpcmem_alloc of {} bytes for tensor {} of graph {} failed",
+                    t.bytes(),
+                    t.name,
+                    desc.name
+                ))
+            })?;
+            let Storage::Rpc { fd, .. } = shared.storage else {
+                unreachable!("HostBuf::rpc returns rpcmem storage")
+            };
+            *buf = shared;
+            let mut dims: Vec<u32> = if t.dims.is_empty() {
+                vec![1]
+            } else {
+                t.dims.clone()
+            };
+            let desc_m = qnn_sys::QnnMemDescriptor {
+                mem_shape: qnn_sys::QnnMemShape {
+                    num_dim: dims.len() as u32,
+                    dim_size: dims.as_mut_ptr(),
+                    shape_config: std::ptr::null(),
+                },
+                data_type: t.dtype,
+                mem_type: qnn_sys::mem_kind::ION,
+                info: qnn_sys::QnnMemInfo { ion_fd: fd },
+            };
+            let mut h: qnn_sys::QnnMemHandle = std::ptr::null_mut();
+            // SAFETY: a live context; one descriptor whose dims outlive the call; one
+            // handle slot.
+            let s = unsafe { register(ctx.handle(), &desc_m, 1, &mut h) };
+            super::check(s, || {
+                format!(
+                    "registering the rpcmem buffer of tensor {} of graph {}",
+                    t.name, desc.name
+                )
+            })?;
+            b.mem.push(h);
+            // SAFETY: new_v2 initialised the union; the common V1 prefix is valid.
+            let c = unsafe { qt.common_mut() };
+            c.mem_type = mem_type::MEMHANDLE;
+            c.mem.mem_handle = h;
+        }
+        Ok(b)
+    }
+
+    /// True when the I/O buffers are registered rpcmem (zero-copy).
+    pub fn is_shared(&self) -> bool {
+        !self.mem.is_empty()
     }
 
     pub fn input_index(&self, name: &str) -> Option<usize> {

@@ -8,12 +8,15 @@ mod binary;
 mod buffer;
 mod context;
 mod log;
+mod perf;
+mod rpcmem;
 mod runtime;
 
 pub use binary::{read_binary_info, BinaryInfo, GraphDesc, TensorDesc};
 pub use buffer::{dtype_supported as buffer_dtype_supported, Binding, HostBuf};
 pub use context::{Context, Graph};
 pub use log::{last_error_line, set_verbosity};
+pub use perf::PerfMode;
 pub use runtime::{DeviceFacts, Runtime};
 
 use crate::error::{Error, Result};

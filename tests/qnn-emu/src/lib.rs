@@ -17,6 +17,8 @@
 //!   pseudo-random logits (a fresh draw per execute) instead of a one-hot vector.
 //! * `QNN_EMU_TRACE=path`: after every handle create/free, rewrite `path` with a JSON
 //!   record of live handles and the ordered create/free events.
+//!   The trace also lists power-config votes (`votes`) and, per graph, how arguments were
+//!   passed and how many input bytes changed between executes (`exec`).
 //! * `QNN_EMU_THREADS=n`: math threads (default: available parallelism).
 
 pub mod format;
@@ -28,6 +30,7 @@ mod api;
 mod exec;
 mod knobs;
 mod registry;
+mod shm;
 mod sysctx;
 
 use qnn_sys::*;
