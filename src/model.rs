@@ -353,27 +353,53 @@ impl Model {
         }
         refs.push(("decode", &m.decode));
         refs.push(("lmhead", &m.lmhead));
-        let mut contexts: HashMap<PathBuf, (Arc<Context>, BinaryInfo)> = HashMap::new();
-        let mut context_ms = Vec::new();
+        // Each distinct binary once, all concurrently (one thread per binary): map it, read
+        // its metadata via libQnnSystem, create its context, and drop the mapping right
+        // away, so peak RSS holds at most the binaries still being created.
+        let mut bins: Vec<PathBuf> = Vec::new();
         for (_, r) in &refs {
-            if contexts.contains_key(&r.bin) {
-                continue;
+            if !bins.contains(&r.bin) {
+                bins.push(r.bin.clone());
             }
+        }
+        let load_one = |bin: &PathBuf| -> Result<(Arc<Context>, BinaryInfo, f64)> {
             let tc = Instant::now();
-            let file = std::fs::File::open(&r.bin).map_err(|e| Error::io(&r.bin, e))?;
-            let len = file.metadata().map_err(|e| Error::io(&r.bin, e))?.len();
+            let file = std::fs::File::open(bin).map_err(|e| Error::io(bin, e))?;
+            let len = file.metadata().map_err(|e| Error::io(bin, e))?.len();
             if len == 0 {
                 return Err(Error::File {
-                    path: r.bin.clone(),
+                    path: bin.clone(),
                     msg: "context binary is empty".into(),
                 });
             }
-            let map = qnn::map_file(&file, &r.bin)?;
-            let info = qnn::read_binary_info(&rt, &map, &r.bin)?;
-            let ctx = Context::from_binary(&rt, &map, &r.bin)?;
+            let map = qnn::map_file(&file, bin)?;
+            let info = qnn::read_binary_info(&rt, &map, bin)?;
+            let ctx = Context::from_binary(&rt, &map, bin)?;
             drop(map);
-            context_ms.push((r.bin.clone(), t0_ms(tc)));
-            contexts.insert(r.bin.clone(), (ctx, info));
+            Ok((ctx, info, t0_ms(tc)))
+        };
+        let results: Vec<Result<(Arc<Context>, BinaryInfo, f64)>> = if bins.len() > 1 {
+            std::thread::scope(|sc| {
+                let hs: Vec<_> = bins.iter().map(|b| sc.spawn(|| load_one(b))).collect();
+                hs.into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(Error::Input("a context-loading thread panicked".into()))
+                        })
+                    })
+                    .collect()
+            })
+        } else {
+            bins.iter().map(load_one).collect()
+        };
+        let mut contexts: HashMap<PathBuf, (Arc<Context>, BinaryInfo)> = HashMap::new();
+        let mut context_ms = Vec::new();
+        // The first failure in manifest order is reported; contexts already created are
+        // dropped (freed) with `contexts` on return.
+        for (bin, r) in bins.iter().zip(results) {
+            let (ctx, info, ms) = r?;
+            context_ms.push((bin.clone(), ms));
+            contexts.insert(bin.clone(), (ctx, info));
         }
         let load_graph = |role: &str, r: &GraphRef| -> Result<LoadedGraph> {
             let (ctx, info) = &contexts[&r.bin];

@@ -351,3 +351,18 @@ fn bench_json_has_pp_and_tg_rows_with_mean_and_stddev() {
     let out = stdout(&o);
     assert!(out.contains("| pp12 |") && out.contains("| tg8 |"), "{out}");
 }
+
+#[test]
+fn verbose_reports_each_context_load_time() {
+    let (dir, m) = bundle("ctx-times", &SynthSpec::default());
+    let o = generate(&m, &dir, "2", "x", &["-v"], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    for role in ["prefill", "decode", "lmhead"] {
+        let want = format!("tiny_{role}.bin loaded in ");
+        assert!(
+            err.lines().any(|l| l.contains(&want) && l.ends_with(" ms")),
+            "{role}: {err}"
+        );
+    }
+}
