@@ -15,6 +15,7 @@ fn max_value(v: &[f32]) -> f32 {
     let mut m = [f32::NEG_INFINITY; LANES];
     let mut chunks = v.chunks_exact(LANES);
     for c in &mut chunks {
+        let c: &[f32; LANES] = c.try_into().expect("exact chunk");
         for j in 0..LANES {
             m[j] = if c[j] > m[j] { c[j] } else { m[j] };
         }
@@ -35,6 +36,7 @@ pub fn all_finite(v: &[f32]) -> bool {
     let mut bad = [0u32; LANES];
     let mut chunks = v.chunks_exact(LANES);
     for c in &mut chunks {
+        let c: &[f32; LANES] = c.try_into().expect("exact chunk");
         for j in 0..LANES {
             bad[j] |= ((c[j].to_bits() & 0x7F80_0000) == 0x7F80_0000) as u32;
         }
@@ -51,31 +53,45 @@ pub fn argmax(logits: &[f32]) -> u32 {
     logits.iter().position(|&x| x == m).unwrap_or(0) as u32
 }
 
-/// Argmax with the non-finite check: `Err(i)` names the first NaN/Inf. Two vectorised
-/// passes (finiteness + max in one, then the first index of the max).
+/// Argmax with the non-finite check: `Err(i)` names the first NaN/Inf. One vectorised pass
+/// keeps, per lane, the finiteness flag, the maximum and the chunk where it was first seen.
 pub fn argmax_checked(logits: &[f32]) -> Result<u32, usize> {
     let mut m = [f32::NEG_INFINITY; LANES];
+    let mut at = [0u32; LANES];
     let mut bad = [0u32; LANES];
     let mut chunks = logits.chunks_exact(LANES);
-    for c in &mut chunks {
+    for (ci, c) in (&mut chunks).enumerate() {
+        let c: &[f32; LANES] = c.try_into().expect("exact chunk");
+        let ci = ci as u32;
         for j in 0..LANES {
             bad[j] |= ((c[j].to_bits() & 0x7F80_0000) == 0x7F80_0000) as u32;
-            m[j] = if c[j] > m[j] { c[j] } else { m[j] };
+            let gt = c[j] > m[j];
+            m[j] = if gt { c[j] } else { m[j] };
+            at[j] = if gt { ci } else { at[j] };
         }
     }
     let tail_ok = chunks.remainder().iter().all(|x| x.is_finite());
     if !tail_ok || bad.iter().any(|&b| b != 0) {
         return Err(first_non_finite(logits).unwrap_or(0));
     }
-    let mut best = m
-        .iter()
-        .fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
-    for &x in chunks.remainder() {
-        if x > best {
-            best = x;
+    // Lanes hold the first occurrence of their maximum; across lanes, the lowest index wins.
+    let mut best = f32::NEG_INFINITY;
+    let mut best_i = 0usize;
+    for j in 0..LANES {
+        let i = at[j] as usize * LANES + j;
+        if m[j] > best || (m[j] == best && i < best_i) {
+            best = m[j];
+            best_i = i;
         }
     }
-    Ok(logits.iter().position(|&x| x == best).unwrap_or(0) as u32)
+    let base = logits.len() - chunks.remainder().len();
+    for (j, &x) in chunks.remainder().iter().enumerate() {
+        if x > best {
+            best = x;
+            best_i = base + j;
+        }
+    }
+    Ok(best_i as u32)
 }
 
 /// Index of the first non-finite value, if any.
