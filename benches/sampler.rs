@@ -19,6 +19,12 @@ fn bench(c: &mut Criterion) {
     c.bench_function("greedy_argmax_checked_152k", |b| {
         b.iter(|| argmax_checked(black_box(&v)))
     });
+    c.bench_function("argmax_two_pass_152k", |b| {
+        b.iter(|| qhx::sampler::argmax(black_box(&v)))
+    });
+    c.bench_function("all_finite_152k", |b| {
+        b.iter(|| qhx::sampler::all_finite(black_box(&v)))
+    });
     let p = SamplingParams {
         temperature: 0.8,
         top_k: 40,
@@ -32,6 +38,9 @@ fn bench(c: &mut Criterion) {
     let mut h = vec![half::f16::ZERO; VOCAB];
     h.convert_from_f32_slice(&v);
     let mut out = vec![0f32; VOCAB];
+    c.bench_function("greedy_argmax_f16_checked_152k", |b| {
+        b.iter(|| qhx::sampler::argmax_f16_checked(black_box(&h)))
+    });
     c.bench_function("lmhead_read_f16_to_f32_152k", |b| {
         b.iter(|| black_box(&h).convert_to_f32_slice(&mut out))
     });

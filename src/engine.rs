@@ -374,10 +374,22 @@ impl<'m> Engine<'m> {
         let mut clock = Clock::new(self.profile.is_some());
         g.graph.execute(&mut self.lm)?;
         let t_exec = clock.lap();
-        self.lm.output(0).read_f32(0, &mut self.logits);
-        let t_read = clock.lap();
         let check = !(cfg.allow_nonfinite || self.allow_nonfinite);
         let greedy = cfg.sampling.is_greedy();
+        // Greedy over f16 logits needs no f32 copy: argmax on the f16 bits directly.
+        if greedy && check {
+            if let crate::ops::convert::Typed::F16(h) = self.lm.output(0) {
+                let picked = sampler::argmax_f16_checked(h).ok();
+                let t_sample = clock.lap();
+                if let Some(pr) = &mut self.profile {
+                    pr.execute_ns += t_exec;
+                    pr.sampling_ns += t_sample;
+                }
+                return picked.ok_or_else(|| self.nonfinite_logits(step));
+            }
+        }
+        self.lm.output(0).read_f32(0, &mut self.logits);
+        let t_read = clock.lap();
         let picked = if greedy && check {
             // One pass: argmax fused with the finiteness check.
             sampler::argmax_checked(&self.logits).ok()
@@ -401,13 +413,17 @@ impl<'m> Engine<'m> {
             pr.lmhead_read_ns += t_read;
             pr.sampling_ns += t_sample;
         }
-        picked.ok_or_else(|| Error::NonFinite {
+        picked.ok_or_else(|| self.nonfinite_logits(step))
+    }
+
+    fn nonfinite_logits(&self, step: usize) -> Error {
+        Error::NonFinite {
             what: "logits",
             step,
             pos: self.pos.saturating_sub(1),
-            graph: g.desc.name.clone(),
+            graph: self.m.lmhead.desc.name.clone(),
             hint: " — fp16 overflow in the graph is the usual cause (see the seed bundle notes); --allow-nonfinite continues anyway",
-        })
+        }
     }
 
     fn check_finite_hidden(&self, graph: &str, step: usize, pos: usize) -> Result<()> {

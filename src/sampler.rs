@@ -94,6 +94,44 @@ pub fn argmax_checked(logits: &[f32]) -> Result<u32, usize> {
     Ok(best_i as u32)
 }
 
+/// Greedy argmax straight over f16 logits (no f32 conversion), with the non-finite check:
+/// `Err(i)` names the first NaN/Inf. f16 bit patterns map to order-preserving u16 keys
+/// (negative: inverted; positive: sign bit set; -0 equals +0), so the pass is integer max.
+pub fn argmax_f16_checked(logits: &[half::f16]) -> Result<u32, usize> {
+    #[inline(always)]
+    fn key(b: u16) -> u16 {
+        let b = if b == 0x8000 { 0 } else { b };
+        if b & 0x8000 != 0 {
+            !b
+        } else {
+            b | 0x8000
+        }
+    }
+    const L: usize = 32;
+    let mut m = [0u16; L];
+    let mut bad = [0u16; L];
+    let mut chunks = logits.chunks_exact(L);
+    for c in &mut chunks {
+        let c: &[half::f16; L] = c.try_into().expect("exact chunk");
+        for j in 0..L {
+            let b = c[j].to_bits();
+            bad[j] |= ((b & 0x7C00) == 0x7C00) as u16;
+            m[j] = m[j].max(key(b));
+        }
+    }
+    if bad.iter().any(|&b| b != 0) || chunks.remainder().iter().any(|x| !x.is_finite()) {
+        return Err(logits.iter().position(|x| !x.is_finite()).unwrap_or(0));
+    }
+    let mut best = m.iter().copied().max().unwrap_or(0);
+    for x in chunks.remainder() {
+        best = best.max(key(x.to_bits()));
+    }
+    Ok(logits
+        .iter()
+        .position(|x| key(x.to_bits()) == best)
+        .unwrap_or(0) as u32)
+}
+
 /// Index of the first non-finite value, if any.
 pub fn first_non_finite(v: &[f32]) -> Option<usize> {
     if all_finite(v) {
@@ -241,6 +279,30 @@ mod tests {
         let tail = [0.0, 2.0, f32::NEG_INFINITY];
         assert_eq!(argmax_checked(&tail), Err(2));
         assert_eq!(argmax_checked(&[1.0, 5.0, 5.0]), Ok(1));
+    }
+
+    #[test]
+    fn f16_argmax_matches_the_f32_one() {
+        let v: Vec<f32> = (0..5000)
+            .map(|i| (((i * 7919) % 2003) as f32 - 1000.0) * 0.01)
+            .collect();
+        let h: Vec<half::f16> = v.iter().map(|&x| half::f16::from_f32(x)).collect();
+        let back: Vec<f32> = h.iter().map(|x| x.to_f32()).collect();
+        assert_eq!(argmax_f16_checked(&h), Ok(argmax(&back)));
+        let neg: Vec<half::f16> = [-3.0f32, -1.0, -2.0, -1.0]
+            .iter()
+            .map(|&x| half::f16::from_f32(x))
+            .collect();
+        assert_eq!(argmax_f16_checked(&neg), Ok(1));
+        let z: Vec<half::f16> = [-0.0f32, 0.0]
+            .iter()
+            .map(|&x| half::f16::from_f32(x))
+            .collect();
+        assert_eq!(argmax_f16_checked(&z), Ok(0), "-0 ties +0: lower id");
+        let mut bad = h.clone();
+        bad[4000] = half::f16::INFINITY;
+        bad[4100] = half::f16::NAN;
+        assert_eq!(argmax_f16_checked(&bad), Err(4000));
     }
 
     #[test]
