@@ -4,7 +4,7 @@
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use half::slice::HalfFloatSliceExt;
-use qhx::sampler::{argmax_checked, sample_top_k_top_p, SamplerScratch, SamplingParams};
+use qhx::sampler::{argmax_checked, sample_top_k_top_p_checked, SamplerScratch, SamplingParams};
 use rand::SeedableRng;
 
 const VOCAB: usize = 151_936;
@@ -33,7 +33,7 @@ fn bench(c: &mut Criterion) {
     let mut s = SamplerScratch::default();
     let mut rng = rand::rngs::StdRng::seed_from_u64(5);
     c.bench_function("topk40_topp095_t08_152k", |b| {
-        b.iter(|| sample_top_k_top_p(black_box(&v), &p, &mut s, &mut rng))
+        b.iter(|| sample_top_k_top_p_checked(black_box(&v), &p, &mut s, &mut rng))
     });
     let mut h = vec![half::f16::ZERO; VOCAB];
     h.convert_from_f32_slice(&v);

@@ -390,22 +390,22 @@ impl<'m> Engine<'m> {
         }
         self.lm.output(0).read_f32(0, &mut self.logits);
         let t_read = clock.lap();
-        let picked = if greedy && check {
-            // One pass: argmax fused with the finiteness check.
-            sampler::argmax_checked(&self.logits).ok()
+        let picked = if check {
+            // The finiteness check is fused into the selection pass.
+            sampler::sample_top_k_top_p_checked(
+                &self.logits,
+                &cfg.sampling,
+                &mut self.scratch_s,
+                &mut self.rng,
+            )
+            .ok()
         } else {
-            if check && sampler::first_non_finite(&self.logits).is_some() {
-                None
-            } else if greedy {
-                Some(sampler::argmax(&self.logits))
-            } else {
-                Some(sampler::sample_top_k_top_p(
-                    &self.logits,
-                    &cfg.sampling,
-                    &mut self.scratch_s,
-                    &mut self.rng,
-                ))
-            }
+            Some(sampler::sample_top_k_top_p(
+                &self.logits,
+                &cfg.sampling,
+                &mut self.scratch_s,
+                &mut self.rng,
+            ))
         };
         let t_sample = clock.lap();
         if let Some(pr) = &mut self.profile {

@@ -176,8 +176,58 @@ pub fn sample_top_k_top_p<R: Rng + ?Sized>(
     scratch: &mut SamplerScratch,
     rng: &mut R,
 ) -> u32 {
+    sample_impl(logits, p, scratch, rng, false).unwrap_or(0)
+}
+
+/// [`sample_top_k_top_p`] with the non-finite check fused into its block pass: `Err(i)`
+/// names the first NaN/Inf.
+pub fn sample_top_k_top_p_checked<R: Rng + ?Sized>(
+    logits: &[f32],
+    p: &SamplingParams,
+    scratch: &mut SamplerScratch,
+    rng: &mut R,
+) -> Result<u32, usize> {
+    sample_impl(logits, p, scratch, rng, true)
+}
+
+/// Maximum of a block and whether it holds a NaN/Inf, in one vectorisable pass.
+fn block_max_bad(v: &[f32]) -> (f32, bool) {
+    let mut m = [f32::NEG_INFINITY; LANES];
+    let mut bad = [0u32; LANES];
+    let mut chunks = v.chunks_exact(LANES);
+    for c in &mut chunks {
+        let c: &[f32; LANES] = c.try_into().expect("exact chunk");
+        for j in 0..LANES {
+            bad[j] |= ((c[j].to_bits() & 0x7F80_0000) == 0x7F80_0000) as u32;
+            m[j] = if c[j] > m[j] { c[j] } else { m[j] };
+        }
+    }
+    let mut best = m
+        .iter()
+        .fold(f32::NEG_INFINITY, |a, &b| if b > a { b } else { a });
+    let mut any_bad = bad.iter().any(|&b| b != 0);
+    for &x in chunks.remainder() {
+        any_bad |= !x.is_finite();
+        if x > best {
+            best = x;
+        }
+    }
+    (best, any_bad)
+}
+
+fn sample_impl<R: Rng + ?Sized>(
+    logits: &[f32],
+    p: &SamplingParams,
+    scratch: &mut SamplerScratch,
+    rng: &mut R,
+    check: bool,
+) -> Result<u32, usize> {
     if p.is_greedy() || logits.is_empty() {
-        return argmax(logits);
+        return if check {
+            argmax_checked(logits)
+        } else {
+            Ok(argmax(logits))
+        };
     }
     let k = if p.top_k == 0 {
         logits.len()
@@ -194,7 +244,12 @@ pub fn sample_top_k_top_p<R: Rng + ?Sized>(
     // Blocks whose maximum is not above the threshold are skipped after one SIMD max.
     const BLOCK: usize = 64;
     for (bi, block) in logits.chunks(BLOCK).enumerate() {
-        if max_value(block) <= thr {
+        let (mx, bad) = block_max_bad(block);
+        if check && bad {
+            let j = block.iter().position(|x| !x.is_finite()).unwrap_or(0);
+            return Err(bi * BLOCK + j);
+        }
+        if mx <= thr {
             continue;
         }
         for (j, &v) in block.iter().enumerate() {
@@ -209,7 +264,7 @@ pub fn sample_top_k_top_p<R: Rng + ?Sized>(
         }
     }
     if cand.is_empty() {
-        return argmax(logits);
+        return Ok(argmax(logits));
     }
     if cand.len() > k {
         cand.select_nth_unstable_by(k - 1, by_logit_desc);
@@ -244,11 +299,11 @@ pub fn sample_top_k_top_p<R: Rng + ?Sized>(
     let mut r = rng.random::<f32>() * mass;
     for (i, &e) in probs[..keep].iter().enumerate() {
         if r < e {
-            return cand[i].1;
+            return Ok(cand[i].1);
         }
         r -= e;
     }
-    cand[keep - 1].1
+    Ok(cand[keep - 1].1)
 }
 
 #[cfg(test)]
@@ -346,6 +401,31 @@ mod tests {
         for _ in 0..200 {
             assert_eq!(sample_top_k_top_p(&v, &p, &mut s, &mut rng), 9000);
         }
+    }
+
+    #[test]
+    fn checked_sampling_reports_the_first_non_finite() {
+        let mut v: Vec<f32> = (0..3000).map(|i| (i % 97) as f32).collect();
+        let mut s = SamplerScratch::default();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        let p = SamplingParams {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+        };
+        assert!(sample_top_k_top_p_checked(&v, &p, &mut s, &mut rng).is_ok());
+        v[2100] = f32::NAN;
+        v[2500] = f32::INFINITY;
+        assert_eq!(
+            sample_top_k_top_p_checked(&v, &p, &mut s, &mut rng),
+            Err(2100)
+        );
+        v[2999] = f32::NEG_INFINITY;
+        v[2100] = 0.0;
+        assert_eq!(
+            sample_top_k_top_p_checked(&v, &p, &mut s, &mut rng),
+            Err(2500)
+        );
     }
 
     #[test]
