@@ -46,6 +46,51 @@ pub struct GenConfig {
     pub ignore_eos: bool,
 }
 
+impl GenConfig {
+    /// Greedy decoding of `n_tokens`, stopping at end tokens (benchmarks override fields).
+    pub fn greedy(n_tokens: usize) -> GenConfig {
+        GenConfig {
+            n_tokens,
+            sampler: crate::sampler::SamplerConfig::default(),
+            allow_nonfinite: false,
+            ignore_eos: false,
+        }
+    }
+}
+
+/// Host time per component of the decode steps run while profiling was on, in nanoseconds
+/// (sums; divide by `steps`). graphExecute time is kept apart: on a device it is NPU time.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StepProfile {
+    pub steps: u64,
+    pub embed_ns: u64,
+    pub rope_ns: u64,
+    pub mask_ns: u64,
+    pub kv_write_ns: u64,
+    /// Decode output `y` read and lm-head input write (dtype conversions).
+    pub io_convert_ns: u64,
+    pub lmhead_read_ns: u64,
+    pub sampling_ns: u64,
+    pub execute_ns: u64,
+}
+
+impl StepProfile {
+    /// (name, ms per step) of every host component, in table order.
+    pub fn components_ms(&self) -> Vec<(&'static str, f64)> {
+        let n = self.steps.max(1) as f64;
+        let ms = |ns: u64| ns as f64 / n / 1e6;
+        vec![
+            ("embed", ms(self.embed_ns)),
+            ("rope", ms(self.rope_ns)),
+            ("mask", ms(self.mask_ns)),
+            ("kv_write", ms(self.kv_write_ns)),
+            ("io_convert", ms(self.io_convert_ns)),
+            ("lmhead_read", ms(self.lmhead_read_ns)),
+            ("sampling", ms(self.sampling_ns)),
+        ]
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Output {
     pub input_ids: Vec<u32>,
@@ -75,6 +120,8 @@ pub struct Engine<'m> {
     /// Tokens whose K/V are in the decode cache.
     pos: usize,
     allow_nonfinite: bool,
+    /// Per-component host timing of decode steps, when enabled (set to `Some`).
+    pub profile: Option<StepProfile>,
     /// Host bytes written into graph inputs by the last decode step (for the C-independence
     /// check of issue-level benchmarks).
     pub last_step_bytes: usize,
@@ -97,18 +144,18 @@ impl<'m> Engine<'m> {
                 .collect(),
             _ => Vec::new(),
         };
+        // Every graph's I/O is bound once (rpcmem + memRegister when the runtime has rpcmem).
         let bind = PairedBindings::new(
-            m.prefill.as_ref().map(|(g, _)| &g.desc),
-            &m.decode.0.desc,
+            m.prefill.as_ref().map(|(g, _)| (&g.graph, &g.desc)),
+            (&m.decode.0.graph, &m.decode.0.desc),
             &shared,
-        )
-        .map_err(|e| Error::graph(&m.decode.0.desc.name, e))?;
+        )?;
         let rope = RopeTable::new(p.rope_theta, p.head_dim, positions, p.rope_scaling.as_ref());
         let mut e = Engine {
             m,
             rope,
             bind,
-            lm: Binding::new(&m.lmhead.desc),
+            lm: Binding::for_graph(&m.lmhead.graph, &m.lmhead.desc)?,
             logits: vec![0.0; p.vocab],
             hidden: vec![0.0; p.hidden],
             sampler: crate::sampler::Sampler::new(Default::default()),
@@ -116,6 +163,7 @@ impl<'m> Engine<'m> {
             scratch: Vec::new(),
             pos: 0,
             allow_nonfinite: false,
+            profile: None,
             last_step_bytes: 0,
         };
         e.reset();
@@ -131,6 +179,11 @@ impl<'m> Engine<'m> {
         mk.fill(0, n, neg);
         self.pos = 0;
         self.history.clear();
+    }
+
+    /// True when graph I/O is zero-copy (registered rpcmem buffers).
+    pub fn zero_copy(&self) -> bool {
+        self.bind.dec_ref().is_shared() && self.lm.is_shared()
     }
 
     pub fn pos(&self) -> usize {
@@ -192,6 +245,9 @@ impl<'m> Engine<'m> {
             }
             self.decode_step(tok)?;
             tok = self.sample_logits(out.len(), cfg)?;
+            if let Some(p) = &mut self.profile {
+                p.steps += 1;
+            }
         };
         stats.decode_ms = ms(t1);
         stats.generated_tokens = out.len();
@@ -292,28 +348,24 @@ impl<'m> Engine<'m> {
     fn decode_step(&mut self, token: u32) -> Result<()> {
         let m = self.m;
         let (g, io) = (&m.decode.0, &m.decode.1);
-        let h = m.manifest.params.hidden;
         let p = self.pos;
         let dshape = io.past_shape.expect("decode graphs have past inputs");
+        let mut clock = Clock::new(self.profile.is_some());
+        let dec = self.bind.dec();
         {
-            let mut x = self.bind.dec().input_mut(io.x);
+            let mut x = dec.input_mut(io.x);
             m.embed.write_row(token, &mut x, 0)?;
         }
-        self.bind
-            .dec()
-            .input_mut(io.cos)
-            .write_f32(0, self.rope.cos(p));
-        self.bind
-            .dec()
-            .input_mut(io.sin)
-            .write_f32(0, self.rope.sin(p));
-        g.graph.execute(self.bind.dec())?;
-        let mut bytes = 0;
+        let t_embed = clock.lap();
+        dec.input_mut(io.cos).write_f32(0, self.rope.cos(p));
+        dec.input_mut(io.sin).write_f32(0, self.rope.sin(p));
+        let t_rope = clock.lap();
+        g.graph.execute(dec)?;
+        let t_exec = clock.lap();
         for (l, &(nk, nv)) in io.new.iter().enumerate() {
             let (pk, pv) = io.past[l];
             for (o, i) in [(nk, pk), (nv, pv)] {
-                bytes += self.bind.dec().desc.outputs[o].bytes();
-                let (src, mut dst) = self.bind.dec().output_and_input_mut(o, i);
+                let (src, mut dst) = dec.output_and_input_mut(o, i);
                 copy_rows(
                     (&src, &io.new_shape, 0),
                     (&mut dst, &dshape, p),
@@ -322,16 +374,22 @@ impl<'m> Engine<'m> {
                 );
             }
         }
-        self.bind.dec().input_mut(io.mask).fill(p, 1, 0.0);
-        self.bind.dec().output(io.y).read_f32(0, &mut self.hidden);
+        let t_kv = clock.lap();
+        dec.input_mut(io.mask).fill(p, 1, 0.0);
+        let t_mask = clock.lap();
+        dec.output(io.y).read_f32(0, &mut self.hidden);
         self.check_finite_hidden(&g.desc.name, p, p)?;
         self.lm.input_mut(0).write_f32(0, &self.hidden);
-        let es = |d: &crate::qnn::TensorDesc| qnn_sys::dtype::size_of(d.dtype).unwrap_or(0);
-        bytes += h * es(&self.bind.dec().desc.inputs[io.x])
-            + 2 * m.manifest.params.head_dim * es(&self.bind.dec().desc.inputs[io.cos])
-            + es(&self.bind.dec().desc.inputs[io.mask])
-            + h * es(&self.lm.desc.inputs[0]);
-        self.last_step_bytes = bytes;
+        let t_io = clock.lap();
+        if let Some(pr) = &mut self.profile {
+            pr.embed_ns += t_embed;
+            pr.rope_ns += t_rope;
+            pr.execute_ns += t_exec;
+            pr.kv_write_ns += t_kv;
+            pr.mask_ns += t_mask;
+            pr.io_convert_ns += t_io;
+        }
+        self.last_step_bytes = m.decode_step_bytes;
         self.pos = p + 1;
         Ok(())
     }
@@ -339,22 +397,52 @@ impl<'m> Engine<'m> {
     /// Execute the lm-head on its current input and pick the next token.
     fn sample_logits(&mut self, step: usize, cfg: &GenConfig) -> Result<u32> {
         let g = &self.m.lmhead;
+        let mut clock = Clock::new(self.profile.is_some());
         g.graph.execute(&mut self.lm)?;
-        self.lm.output(0).read_f32(0, &mut self.logits);
-        if !(cfg.allow_nonfinite || self.allow_nonfinite) {
-            if let Some(_i) = sampler::first_non_finite(&self.logits) {
-                return Err(Error::NonFinite {
-                    what: "logits",
-                    step,
-                    pos: self.pos.saturating_sub(1),
-                    graph: g.desc.name.clone(),
-                    hint: " — fp16 overflow in the graph is the usual cause (see the seed bundle notes); --allow-nonfinite continues anyway",
-                });
+        let t_exec = clock.lap();
+        let check = !(cfg.allow_nonfinite || self.allow_nonfinite);
+        let plain_greedy =
+            self.sampler.config().is_greedy() && self.sampler.config().repeat_penalty == 1.0;
+        // Greedy over f16 logits needs no f32 copy: argmax on the f16 bits, finiteness fused.
+        if plain_greedy && check {
+            if let crate::ops::convert::Typed::F16(h) = self.lm.output(0) {
+                let picked = sampler::argmax_f16_checked(h);
+                if let Some(pr) = &mut self.profile {
+                    pr.execute_ns += t_exec;
+                    pr.sampling_ns += clock.lap();
+                }
+                let tok = picked.map_err(|_| self.nonfinite_logits(step))?;
+                self.history.push(tok);
+                return Ok(tok);
             }
         }
-        let tok = self.sampler.sample(&mut self.logits, &self.history);
+        self.lm.output(0).read_f32(0, &mut self.logits);
+        let t_read = clock.lap();
+        let tok = if plain_greedy && check {
+            sampler::argmax_checked(&self.logits).map_err(|_| self.nonfinite_logits(step))?
+        } else {
+            if check && sampler::first_non_finite(&self.logits).is_some() {
+                return Err(self.nonfinite_logits(step));
+            }
+            self.sampler.sample(&mut self.logits, &self.history)
+        };
+        if let Some(pr) = &mut self.profile {
+            pr.execute_ns += t_exec;
+            pr.lmhead_read_ns += t_read;
+            pr.sampling_ns += clock.lap();
+        }
         self.history.push(tok);
         Ok(tok)
+    }
+
+    fn nonfinite_logits(&self, step: usize) -> Error {
+        Error::NonFinite {
+            what: "logits",
+            step,
+            pos: self.pos.saturating_sub(1),
+            graph: self.m.lmhead.desc.name.clone(),
+            hint: " — fp16 overflow in the graph is the usual cause (see the seed bundle notes); --allow-nonfinite continues anyway",
+        }
     }
 
     fn check_finite_hidden(&self, graph: &str, step: usize, pos: usize) -> Result<()> {
@@ -368,6 +456,28 @@ impl<'m> Engine<'m> {
             });
         }
         Ok(())
+    }
+}
+
+/// Lap timer that costs nothing when off.
+struct Clock(Option<Instant>);
+
+impl Clock {
+    fn new(on: bool) -> Clock {
+        Clock(on.then(Instant::now))
+    }
+
+    /// Nanoseconds since the previous lap (0 when off).
+    fn lap(&mut self) -> u64 {
+        match &mut self.0 {
+            Some(t) => {
+                let now = Instant::now();
+                let d = now.duration_since(*t).as_nanos() as u64;
+                *t = now;
+                d
+            }
+            None => 0,
+        }
     }
 }
 

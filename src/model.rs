@@ -52,6 +52,12 @@ pub struct Model {
     pub load_ms: f64,
     /// Per context binary: (file, ms to create).
     pub context_ms: Vec<(PathBuf, f64)>,
+    /// Host bytes a decode step writes into graph inputs: one embedding row, one RoPE row
+    /// (cos + sin), one mask slot, one K and one V row per layer, and the lm-head input.
+    /// Derived once from the descriptors; it has no C term.
+    pub decode_step_bytes: usize,
+    /// Why rpcmem is not in use (None when it is loaded).
+    pub rpcmem_note: Option<String>,
 }
 
 fn role_words(role: &str) -> &'static [&'static str] {
@@ -301,6 +307,24 @@ pub const END_TOKENS: &[&str] = &[
 
 pub struct LoadOptions {
     pub log_level: u32,
+    /// HTP performance vote held while the model is loaded.
+    pub perf: qnn::PerfMode,
+    /// rpcmem library for zero-copy I/O (`libcdsprpc.so` by default); None disables it.
+    pub rpcmem_lib: Option<PathBuf>,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            log_level: 0,
+            perf: qnn::PerfMode::Burst,
+            rpcmem_lib: Some(PathBuf::from(if cfg!(windows) {
+                "libcdsprpc.dll"
+            } else {
+                "libcdsprpc.so"
+            })),
+        }
+    }
 }
 
 impl Model {
@@ -317,7 +341,82 @@ impl Model {
                 });
             }
         }
-        let tokenizer = Tokenizer::load(&m.tokenizer)?;
+        // The tokenizer (the slowest host part of a cold start: a 150k-token BPE) loads on
+        // its own thread while the embedding is mapped and the contexts are created. Its
+        // errors still take precedence, as when it loaded first.
+        let tok_path = m.tokenizer.clone();
+        let tok_thread = std::thread::spawn(move || Tokenizer::load(&tok_path));
+        let stage2 = || -> Result<_> {
+            let embed = EmbedTable::open(&m.embed, m.embed_dtype, m.params.vocab, m.params.hidden)?;
+            let mut rt = Runtime::new(backend, system, opts.log_level)?;
+            rt.set_perf(opts.perf)?;
+            let rpcmem_note = match &opts.rpcmem_lib {
+                Some(p) => rt.load_rpcmem(p).err(),
+                None => Some("disabled".to_string()),
+            };
+            let rt = Arc::new(rt);
+
+            // Each distinct binary once: metadata via libQnnSystem, then a context.
+            let mut refs: Vec<(&str, &GraphRef)> = Vec::new();
+            if let Some(p) = &m.prefill {
+                refs.push(("prefill", p));
+            }
+            refs.push(("decode", &m.decode));
+            refs.push(("lmhead", &m.lmhead));
+            // Each distinct binary once, all concurrently (one thread per binary): map it, read
+            // its metadata via libQnnSystem, create its context, and drop the mapping right
+            // away, so peak RSS holds at most the binaries still being created.
+            let mut bins: Vec<PathBuf> = Vec::new();
+            for (_, r) in &refs {
+                if !bins.contains(&r.bin) {
+                    bins.push(r.bin.clone());
+                }
+            }
+            let load_one = |bin: &PathBuf| -> Result<(Arc<Context>, BinaryInfo, f64)> {
+                let tc = Instant::now();
+                let file = std::fs::File::open(bin).map_err(|e| Error::io(bin, e))?;
+                let len = file.metadata().map_err(|e| Error::io(bin, e))?.len();
+                if len == 0 {
+                    return Err(Error::File {
+                        path: bin.clone(),
+                        msg: "context binary is empty".into(),
+                    });
+                }
+                let map = qnn::map_file(&file, bin)?;
+                let info = qnn::read_binary_info(&rt, &map, bin)?;
+                let ctx = Context::from_binary(&rt, &map, bin)?;
+                drop(map);
+                Ok((ctx, info, t0_ms(tc)))
+            };
+            let results: Vec<Result<(Arc<Context>, BinaryInfo, f64)>> = if bins.len() > 1 {
+                std::thread::scope(|sc| {
+                    let hs: Vec<_> = bins.iter().map(|b| sc.spawn(|| load_one(b))).collect();
+                    hs.into_iter()
+                        .map(|h| {
+                            h.join().unwrap_or_else(|_| {
+                                Err(Error::Input("a context-loading thread panicked".into()))
+                            })
+                        })
+                        .collect()
+                })
+            } else {
+                bins.iter().map(load_one).collect()
+            };
+            let mut contexts: HashMap<PathBuf, (Arc<Context>, BinaryInfo)> = HashMap::new();
+            let mut context_ms = Vec::new();
+            // The first failure in manifest order is reported; contexts already created are
+            // dropped (freed) with `contexts` on return.
+            for (bin, r) in bins.iter().zip(results) {
+                let (ctx, info, ms) = r?;
+                context_ms.push((bin.clone(), ms));
+                contexts.insert(bin.clone(), (ctx, info));
+            }
+            Ok((embed, rt, rpcmem_note, contexts, context_ms))
+        };
+        let stage2 = stage2();
+        let tokenizer = tok_thread.join().unwrap_or_else(|_| {
+            Err(Error::Input("the tokenizer-loading thread panicked".into()))
+        })?;
         if tokenizer.vocab_size() > m.params.vocab {
             return Err(Error::Tokenizer {
                 path: m.tokenizer.clone(),
@@ -328,38 +427,7 @@ impl Model {
                 ),
             });
         }
-        let embed = EmbedTable::open(&m.embed, m.embed_dtype, m.params.vocab, m.params.hidden)?;
-        let rt = Arc::new(Runtime::new(backend, system, opts.log_level)?);
-
-        // Each distinct binary once: metadata via libQnnSystem, then a context.
-        let mut refs: Vec<(&str, &GraphRef)> = Vec::new();
-        if let Some(p) = &m.prefill {
-            refs.push(("prefill", p));
-        }
-        refs.push(("decode", &m.decode));
-        refs.push(("lmhead", &m.lmhead));
-        let mut contexts: HashMap<PathBuf, (Arc<Context>, BinaryInfo)> = HashMap::new();
-        let mut context_ms = Vec::new();
-        for (_, r) in &refs {
-            if contexts.contains_key(&r.bin) {
-                continue;
-            }
-            let tc = Instant::now();
-            let file = std::fs::File::open(&r.bin).map_err(|e| Error::io(&r.bin, e))?;
-            let len = file.metadata().map_err(|e| Error::io(&r.bin, e))?.len();
-            if len == 0 {
-                return Err(Error::File {
-                    path: r.bin.clone(),
-                    msg: "context binary is empty".into(),
-                });
-            }
-            let map = qnn::map_file(&file, &r.bin)?;
-            let info = qnn::read_binary_info(&rt, &map, &r.bin)?;
-            let ctx = Context::from_binary(&rt, &map, &r.bin)?;
-            drop(map);
-            context_ms.push((r.bin.clone(), t0_ms(tc)));
-            contexts.insert(r.bin.clone(), (ctx, info));
-        }
+        let (embed, rt, rpcmem_note, contexts, context_ms) = stage2?;
         let load_graph = |role: &str, r: &GraphRef| -> Result<LoadedGraph> {
             let (ctx, info) = &contexts[&r.bin];
             let desc = pick_graph(info, r, role)?.clone();
@@ -453,6 +521,20 @@ impl Model {
                 }
             }
         }
+        let decode_step_bytes = {
+            let es = |t: &TensorDesc| qnn_sys::dtype::size_of(t.dtype).unwrap_or(0);
+            let d = &dg.desc;
+            let row = |i: usize| es(&d.inputs[i]) * dio.new_shape.n_kv * dio.new_shape.head_dim;
+            m.params.hidden * es(&d.inputs[dio.x])
+                + m.params.head_dim * (es(&d.inputs[dio.cos]) + es(&d.inputs[dio.sin]))
+                + es(&d.inputs[dio.mask])
+                + dio
+                    .past
+                    .iter()
+                    .map(|&(k, v)| row(k) + row(v))
+                    .sum::<usize>()
+                + m.params.hidden * es(&lmhead.desc.inputs[0])
+        };
         let load_ms = t0_ms(t0);
         Ok(Model {
             eos,
@@ -466,6 +548,8 @@ impl Model {
             max_ctx,
             load_ms,
             context_ms,
+            decode_step_bytes,
+            rpcmem_note,
         })
     }
 }

@@ -361,3 +361,39 @@ mod tests {
         assert_eq!((so.scale, so.offset), (0.5, -3));
     }
 }
+
+// Perf infrastructure (fact sheet §3.7 / §7.1).
+assert_layout!(
+    QnnHtpDcvsV3,
+    size = 64,
+    align = 4,
+    context_id = 0,
+    power_mode = 12,
+    sleep_latency = 20,
+    bus_voltage_corner_min = 36,
+    core_voltage_corner_max = 60
+);
+const _: () = assert!(size_of::<QnnHtpPowerConfigValue>() == 64);
+assert_layout!(
+    QnnHtpPowerConfig,
+    size = 68,
+    align = 4,
+    option = 0,
+    value = 4
+);
+assert_layout!(
+    QnnHtpPerfInfrastructure,
+    size = 32,
+    align = 8,
+    create_power_config_id = 0,
+    destroy_power_config_id = 8,
+    set_power_config = 16,
+    set_memory_config = 24
+);
+assert_layout!(
+    QnnHtpDeviceInfrastructure,
+    size = 40,
+    align = 8,
+    infra_type = 0,
+    perf = 8
+);

@@ -525,3 +525,94 @@ pub struct QnnHtpDeviceInfoExtension {
     pub dlbc_support: u8,
     pub arch: u32,
 }
+
+/// HTP perf infrastructure (`HTP/QnnHtpPerfInfrastructure.h`, `HTP/QnnHtpDevice.h`).
+pub mod perf {
+    /// `QnnHtpPerfInfrastructure_PowerConfigOption_t`.
+    pub const OPTION_DCVS_V3: u32 = 1;
+    pub const OPTION_RPC_CONTROL_LATENCY: u32 = 2;
+    pub const OPTION_RPC_POLLING_TIME: u32 = 3;
+    /// `QnnHtpPerfInfrastructure_PowerMode_t`.
+    pub const POWER_MODE_ADJUST_UP_DOWN: u32 = 0x1;
+    pub const POWER_MODE_POWER_SAVER: u32 = 0x4;
+    pub const POWER_MODE_PERFORMANCE: u32 = 0x10;
+    /// `QnnHtpPerfInfrastructure_VoltageCorner_t`.
+    pub const CORNER_DISABLE: u32 = 0x10;
+    pub const CORNER_SVS2: u32 = 0x30;
+    pub const CORNER_SVS: u32 = 0x40;
+    pub const CORNER_NOM_PLUS: u32 = 0x70;
+    pub const CORNER_TURBO: u32 = 0x80;
+    pub const CORNER_MAX: u32 = 0xA0;
+    /// `QNN_HTP_PERF_INFRASTRUCTURE_POWER_CONFIG_MAX_RPC_POLLING_TIME`.
+    pub const MAX_RPC_POLLING_TIME_US: u32 = 9999;
+    /// `QnnHtpDevice_InfrastructureType_t` PERF.
+    pub const INFRASTRUCTURE_TYPE_PERF: u32 = 0;
+}
+
+/// `QnnHtpPerfInfrastructure_DcvsV3_t`: 16 u32 fields.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QnnHtpDcvsV3 {
+    pub context_id: u32,
+    pub set_dcvs_enable: u32,
+    pub dcvs_enable: u32,
+    pub power_mode: u32,
+    pub set_sleep_latency: u32,
+    pub sleep_latency: u32,
+    pub set_sleep_disable: u32,
+    pub sleep_disable: u32,
+    pub set_bus_params: u32,
+    pub bus_voltage_corner_min: u32,
+    pub bus_voltage_corner_target: u32,
+    pub bus_voltage_corner_max: u32,
+    pub set_core_params: u32,
+    pub core_voltage_corner_min: u32,
+    pub core_voltage_corner_target: u32,
+    pub core_voltage_corner_max: u32,
+}
+
+/// The union of `QnnHtpPerfInfrastructure_PowerConfig_t` (64 bytes, align 4).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union QnnHtpPowerConfigValue {
+    pub dcvs_v3: QnnHtpDcvsV3,
+    pub u32_value: u32,
+    pub raw: [u32; 16],
+}
+
+/// `QnnHtpPerfInfrastructure_PowerConfig_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct QnnHtpPowerConfig {
+    pub option: u32,
+    pub value: QnnHtpPowerConfigValue,
+}
+
+pub type CreatePowerConfigIdFn =
+    unsafe extern "C" fn(device_id: u32, core_id: u32, out: *mut u32) -> QnnErrorHandle;
+pub type DestroyPowerConfigIdFn = unsafe extern "C" fn(id: u32) -> QnnErrorHandle;
+pub type SetPowerConfigFn =
+    unsafe extern "C" fn(id: u32, cfgs: *const *const QnnHtpPowerConfig) -> QnnErrorHandle;
+pub type SetMemoryConfigFn = unsafe extern "C" fn(
+    device_id: u32,
+    core_id: u32,
+    cfgs: *const *const std::ffi::c_void,
+) -> QnnErrorHandle;
+
+/// `QnnHtpDevice_PerfInfrastructure_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct QnnHtpPerfInfrastructure {
+    pub create_power_config_id: Option<CreatePowerConfigIdFn>,
+    pub destroy_power_config_id: Option<DestroyPowerConfigIdFn>,
+    pub set_power_config: Option<SetPowerConfigFn>,
+    pub set_memory_config: Option<SetMemoryConfigFn>,
+}
+
+/// `QnnHtpDevice_Infrastructure_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct QnnHtpDeviceInfrastructure {
+    pub infra_type: u32,
+    pub perf: QnnHtpPerfInfrastructure,
+}

@@ -9,6 +9,7 @@ use clap::Parser;
 use qhx::engine::{Engine, FinishReason, GenConfig, Next};
 use qhx::manifest::Manifest;
 use qhx::model::{LoadOptions, Model};
+use qhx::qnn::PerfMode;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -61,6 +62,35 @@ struct Args {
     /// `gold_ids` / `gold_ids_prefix` / `output_ids`).
     #[arg(long, value_name = "IDS|FILE")]
     expect_tokens: Option<String>,
+    /// HTP performance vote held for the run: burst, high, balanced, power_saver, default
+    /// (no vote).
+    #[arg(long, default_value = "burst", value_parser = parse_perf)]
+    perf: PerfMode,
+    /// rpcmem library for zero-copy I/O (default libcdsprpc.so; env QHX_RPCMEM_LIB).
+    /// Client buffers are used when it cannot be loaded; "none" disables it.
+    #[arg(long, value_name = "LIB")]
+    rpcmem_lib: Option<PathBuf>,
+    /// Benchmark mode: a warm-up, then -r repetitions of prompt processing (--pp tokens)
+    /// and token generation (--tg tokens); a llama-bench-like table on stdout (or one JSON
+    /// document with --json).
+    #[arg(long)]
+    bench: bool,
+    /// Benchmark repetitions (with --bench, `-r N` means this, as in llama-bench; otherwise
+    /// `-r` is --stop, as in llama-cli).
+    #[arg(long = "repetitions", default_value_t = 5)]
+    repetitions: usize,
+    /// Benchmark prompt length.
+    #[arg(long, default_value_t = 128)]
+    pp: usize,
+    /// Benchmark generated tokens.
+    #[arg(long, default_value_t = 128)]
+    tg: usize,
+}
+
+fn parse_perf(s: &str) -> std::result::Result<PerfMode, String> {
+    PerfMode::parse(s).ok_or_else(|| {
+        format!("--perf {s:?}: expected burst, high, balanced, power_saver or default")
+    })
 }
 
 /// Parse `--expect-tokens`: a file path or a comma-separated id list.
@@ -122,7 +152,17 @@ fn parse_n_tokens(s: &str) -> std::result::Result<usize, String> {
 }
 
 fn main() -> ExitCode {
-    let args = match Args::try_parse() {
+    // `-r` is llama-cli's stop string, but llama-bench's repetition count: with --bench it
+    // means the latter.
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.iter().any(|a| a == "--bench") {
+        for a in argv.iter_mut().skip(1) {
+            if a == "-r" {
+                *a = "--repetitions".into();
+            }
+        }
+    }
+    let args = match Args::try_parse_from(argv) {
         Ok(a) => a,
         Err(e) if !e.use_stderr() => {
             // --help / --version
@@ -247,7 +287,20 @@ fn run(args: Args) -> Result<ExitCode> {
         manifest,
         &args.backend_lib,
         &args.system_lib,
-        &LoadOptions { log_level },
+        &LoadOptions {
+            log_level,
+            perf: args.perf,
+            rpcmem_lib: match args
+                .rpcmem_lib
+                .clone()
+                .or_else(|| std::env::var_os("QHX_RPCMEM_LIB").map(PathBuf::from))
+                .as_ref()
+            {
+                Some(p) if p.as_os_str() == "none" => None,
+                Some(p) => Some(p.clone()),
+                None => LoadOptions::default().rpcmem_lib,
+            },
+        },
     )
     .context("loading the bundle")?;
     let m = &model.manifest;
@@ -273,6 +326,22 @@ fn run(args: Args) -> Result<ExitCode> {
         model.max_ctx,
         io_dtype,
     );
+    let mut engine = Engine::new(&model).context("binding graph I/O")?;
+    let io_mode = if engine.zero_copy() {
+        format!(
+            "rpcmem zero-copy ({})",
+            model
+                .rt
+                .rpcmem_path()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        )
+    } else {
+        format!(
+            "client buffers (rpcmem {})",
+            model.rpcmem_note.as_deref().unwrap_or("not used")
+        )
+    };
     if args.verbose > 0 {
         for k in &m.unknown_keys {
             eprintln!("qhx: note: manifest key {k} is not used by this version (ignored)");
@@ -280,6 +349,12 @@ fn run(args: Args) -> Result<ExitCode> {
         for (bin, ms) in &model.context_ms {
             eprintln!("qhx: context {} loaded in {ms:.1} ms", bin.display());
         }
+        eprintln!("qhx: I/O mode: {io_mode}");
+        eprintln!("qhx: perf mode: {}", model.rt.perf_mode.as_str());
+    }
+    if args.bench {
+        let zc = engine.zero_copy();
+        return bench(&args, &model, &mut engine, &prompt, zc);
     }
 
     let t_tok = Instant::now();
@@ -319,7 +394,6 @@ fn run(args: Args) -> Result<ExitCode> {
         },
     };
 
-    let mut engine = Engine::new(&model)?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut stream = model.tokenizer.stream();
@@ -415,5 +489,117 @@ fn run(args: Args) -> Result<ExitCode> {
             }
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn mean_sd(v: &[f64]) -> (f64, f64) {
+    let n = v.len().max(1) as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let var = if v.len() > 1 {
+        v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (v.len() - 1) as f64
+    } else {
+        0.0
+    };
+    (mean, var.sqrt())
+}
+
+/// `--bench`: warm-up, then `-r` repetitions of pp (prompt processing) and tg (generation).
+fn bench(
+    args: &Args,
+    model: &Model,
+    engine: &mut Engine<'_>,
+    prompt: &str,
+    zero_copy: bool,
+) -> Result<ExitCode> {
+    let m = &model.manifest;
+    let mut base = model.tokenizer.encode(prompt, m.params.bos_token_id)?;
+    if base.is_empty() {
+        base.push(0);
+    }
+    let room = model.max_ctx.saturating_sub(1);
+    let pp = args.pp.clamp(1, room);
+    let tg = args.tg.clamp(1, room);
+    if pp != args.pp || tg != args.tg {
+        eprintln!(
+            "qhx: warning: bench sizes clamped to pp {pp} / tg {tg} (max_ctx {})",
+            model.max_ctx
+        );
+    }
+    let ids: Vec<u32> = base.iter().copied().cycle().take(pp).collect();
+    let reps = args.repetitions.max(1);
+    let run = |engine: &mut Engine<'_>, ids: &[u32], n: usize| -> Result<qhx::stats::Stats> {
+        engine.reset();
+        let cfg = GenConfig {
+            ignore_eos: true,
+            allow_nonfinite: args.allow_nonfinite,
+            ..GenConfig::greedy(n)
+        };
+        Ok(engine
+            .generate(ids, &cfg, 0.0, |_| Ok(Next::Continue))
+            .context("benchmark run")?
+            .stats)
+    };
+    // Warm-up: one of each.
+    run(engine, &ids, 1)?;
+    run(engine, &ids[..1], tg + 1)?;
+    let mut pp_tps = Vec::new();
+    let mut tg_tps = Vec::new();
+    for _ in 0..reps {
+        let s = run(engine, &ids, 1)?;
+        pp_tps.push(pp as f64 / (s.prefill_ms / 1000.0));
+        let s = run(engine, &ids[..1], tg + 1)?;
+        tg_tps.push(tg as f64 / (s.decode_ms / 1000.0));
+    }
+    let rows = [
+        (format!("pp{pp}"), pp, pp_tps),
+        (format!("tg{tg}"), tg, tg_tps),
+    ];
+    let io_dtype = qnn_sys::dtype::name(model.decode.0.desc.inputs[model.decode.1.x].dtype);
+    let api = model.rt.backend().core_api;
+    let facts = &model.rt.device_facts;
+    let name = if m.name.is_empty() { "model" } else { &m.name };
+    let io_mode = if zero_copy { "rpcmem" } else { "client" };
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let results: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(test, n, v)| {
+                let (mean, sd) = mean_sd(v);
+                serde_json::json!({"test": test, "n_tokens": n, "reps": v.len(),
+                    "mean_tok_s": mean, "stddev_tok_s": sd, "ms_per_tok": 1000.0 / mean,
+                    "samples_tok_s": v})
+            })
+            .collect();
+        let doc = serde_json::json!({
+            "model": name,
+            "device": {"soc_model": facts.soc_model, "dsp_arch": facts.dsp_arch,
+                       "build_id": facts.build_id,
+                       "manifest_dsp_arch": m.dsp_arch, "manifest_soc_model": m.soc_model},
+            "qnn_api": format!("{}.{}.{}", api.major, api.minor, api.patch),
+            "backend": model.rt.backend().path.display().to_string(),
+            "perf_mode": model.rt.perf_mode.as_str(),
+            "io_mode": io_mode,
+            "io_dtype": io_dtype,
+            "max_ctx": model.max_ctx,
+            "load_ms": model.load_ms,
+            "results": results,
+        });
+        writeln!(out, "{doc}")?;
+    } else {
+        writeln!(
+            out,
+            "| model | io | perf | mem | test | t/s | ms/tok |\n| --- | --- | --- | --- | --- | ---: | ---: |"
+        )?;
+        for (test, _, v) in &rows {
+            let (mean, sd) = mean_sd(v);
+            writeln!(
+                out,
+                "| {name} | {io_dtype} | {} | {io_mode} | {test} | {mean:.2} ± {sd:.2} | {:.3} |",
+                model.rt.perf_mode.as_str(),
+                1000.0 / mean
+            )?;
+        }
+    }
+    out.flush()?;
     Ok(ExitCode::SUCCESS)
 }

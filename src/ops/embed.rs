@@ -4,6 +4,7 @@ use crate::error::{Error, Result};
 use crate::manifest::EmbedDtype;
 use crate::ops::convert::TypedMut;
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 use std::path::{Path, PathBuf};
 
 pub struct EmbedTable {
@@ -60,21 +61,36 @@ impl EmbedTable {
         let h = self.hidden;
         let es = self.dtype.size();
         let bytes = &self.map[t * h * es..(t + 1) * h * es];
+        let (v16, v32) = (
+            crate::qnn::bytes_as_f16(bytes),
+            crate::qnn::bytes_as_f32(bytes),
+        );
         match (self.dtype, dst) {
-            // Same element type: a straight byte copy of the row.
-            (EmbedDtype::F16, TypedMut::F16(d)) => {
-                for (o, b) in d[at..at + h].iter_mut().zip(bytes.chunks_exact(2)) {
-                    *o = f16::from_le_bytes([b[0], b[1]]);
-                }
+            // Same element type: a straight copy of the row.
+            (EmbedDtype::F16, TypedMut::F16(d)) if v16.is_some() => {
+                d[at..at + h].copy_from_slice(v16.unwrap_or_default())
             }
-            (EmbedDtype::F32, TypedMut::F32(d)) => {
-                for (o, b) in d[at..at + h].iter_mut().zip(bytes.chunks_exact(4)) {
-                    *o = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                }
+            (EmbedDtype::F32, TypedMut::F32(d)) if v32.is_some() => {
+                d[at..at + h].copy_from_slice(v32.unwrap_or_default())
             }
             (_, d) => {
-                let row = self.row_f32(t, bytes);
-                d.write_f32(at, &row);
+                // Convert through a small stack buffer: no allocation per step.
+                let mut buf = [0f32; 256];
+                let mut i = 0;
+                while i < h {
+                    let n = (h - i).min(buf.len());
+                    let chunk = &mut buf[..n];
+                    match (self.dtype, v16, v32) {
+                        (EmbedDtype::F16, Some(v), _) => v[i..i + n].convert_to_f32_slice(chunk),
+                        (EmbedDtype::F32, _, Some(v)) => chunk.copy_from_slice(&v[i..i + n]),
+                        _ => {
+                            let row = self.row_f32(t, bytes);
+                            chunk.copy_from_slice(&row[i..i + n]);
+                        }
+                    }
+                    d.write_f32(at + i, chunk);
+                    i += n;
+                }
             }
         }
         Ok(())

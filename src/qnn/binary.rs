@@ -22,6 +22,14 @@ pub struct TensorDesc {
     pub raw_quant: QnnQuantizeParams,
 }
 
+// SAFETY: `raw_quant` is either default (no pointers) or a per-tensor SCALE_OFFSET
+// encoding, whose union member holds plain numbers; no pointer in it is ever dereferenced
+// by qhx, and the descriptor owns everything else. So moving or sharing it across threads
+// is sound.
+unsafe impl Send for TensorDesc {}
+// SAFETY: as above; no interior mutability.
+unsafe impl Sync for TensorDesc {}
+
 impl TensorDesc {
     pub fn elems(&self) -> usize {
         self.dims.iter().map(|&d| d as usize).product()

@@ -5,21 +5,79 @@
 //! inside the buffers, never the tensor structs.
 
 use super::binary::{GraphDesc, TensorDesc};
+use super::context::{Context, Graph};
+use super::runtime::Runtime;
+use crate::error::Result;
 use crate::ops::convert::{Quant, Typed, TypedMut};
 use qnn_sys::{dtype, mem_type, QnnTensor, QNN_TENSOR_VERSION_1, QNN_TENSOR_VERSION_2};
 use std::ffi::CString;
+use std::sync::Arc;
+
+/// Where a buffer's bytes live.
+enum Storage {
+    /// Process heap, passed to QNN as a client buffer.
+    Heap(Vec<u64>),
+    /// An rpcmem allocation (shared with the DSP), freed through its runtime.
+    Rpc {
+        ptr: *mut u8,
+        fd: i32,
+        rt: Arc<Runtime>,
+    },
+}
 
 /// An 8-byte aligned, zero-initialised byte buffer.
 pub struct HostBuf {
-    words: Vec<u64>,
+    storage: Storage,
     bytes: usize,
+}
+
+// SAFETY: an rpcmem buffer is plain memory owned by this value alone.
+unsafe impl Send for HostBuf {}
+
+impl Drop for HostBuf {
+    fn drop(&mut self) {
+        if let Storage::Rpc { ptr, rt, .. } = &self.storage {
+            if let Some(r) = &rt.rpcmem {
+                // SAFETY: allocated by this library in `HostBuf::rpc`; freed once, after the
+                // owning binding deregistered it.
+                unsafe { r.free(*ptr) };
+            }
+        }
+    }
 }
 
 impl HostBuf {
     pub fn zeroed(bytes: usize) -> Self {
         HostBuf {
-            words: vec![0u64; bytes.div_ceil(8)],
+            storage: Storage::Heap(vec![0u64; bytes.div_ceil(8)]),
             bytes,
+        }
+    }
+
+    /// A zeroed rpcmem buffer, or None when the allocator refuses.
+    fn rpc(rt: &Arc<Runtime>, bytes: usize) -> Option<Self> {
+        let (ptr, fd) = rt.rpcmem.as_ref()?.alloc(bytes)?;
+        Some(HostBuf {
+            storage: Storage::Rpc {
+                ptr,
+                fd,
+                rt: rt.clone(),
+            },
+            bytes,
+        })
+    }
+
+    fn base(&self) -> *const u8 {
+        match &self.storage {
+            Storage::Heap(w) => w.as_ptr() as *const u8,
+            Storage::Rpc { ptr, .. } => *ptr,
+        }
+    }
+
+    fn base_mut(&mut self) -> *mut u8 {
+        match &mut self.storage {
+            Storage::Heap(w) => w.as_mut_ptr() as *mut u8,
+            Storage::Rpc { ptr, .. } => *ptr,
         }
     }
 
@@ -32,18 +90,18 @@ impl HostBuf {
     }
 
     pub fn as_bytes(&self) -> &[u8] {
-        // SAFETY: the Vec<u64> holds at least `bytes` initialised bytes; u8 has no
-        // alignment or validity requirements.
-        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.bytes) }
+        // SAFETY: the storage holds at least `bytes` initialised bytes (heap: zeroed Vec;
+        // rpcmem: zeroed at allocation); u8 has no alignment or validity requirements.
+        unsafe { std::slice::from_raw_parts(self.base(), self.bytes) }
     }
 
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as above, with unique access through &mut self.
-        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr() as *mut u8, self.bytes) }
+        unsafe { std::slice::from_raw_parts_mut(self.base_mut(), self.bytes) }
     }
 
     fn ptr(&mut self) -> *mut u8 {
-        self.words.as_mut_ptr() as *mut u8
+        self.base_mut()
     }
 
     /// Reinterpret as a slice of `T`.
@@ -52,9 +110,9 @@ impl HostBuf {
     /// `T` must be a plain number type (every bit pattern valid) of size 1, 2, 4 or 8.
     unsafe fn cast<T>(&self) -> &[T] {
         let n = self.bytes / std::mem::size_of::<T>();
-        // SAFETY: the storage is 8-aligned (>= align of T), holds `bytes` initialised bytes,
-        // and the caller promises every bit pattern is a valid T.
-        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const T, n) }
+        // SAFETY: the storage is 8-aligned (heap Vec<u64>; rpcmem is page-aligned), holds
+        // `bytes` initialised bytes, and the caller promises every bit pattern is a valid T.
+        unsafe { std::slice::from_raw_parts(self.base() as *const T, n) }
     }
 
     /// # Safety
@@ -62,7 +120,7 @@ impl HostBuf {
     unsafe fn cast_mut<T>(&mut self) -> &mut [T] {
         let n = self.bytes / std::mem::size_of::<T>();
         // SAFETY: as in `cast`, with unique access.
-        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr() as *mut T, n) }
+        unsafe { std::slice::from_raw_parts_mut(self.base_mut() as *mut T, n) }
     }
 
     /// A typed view for a tensor of `desc`'s dtype; None for unsupported dtypes.
@@ -132,11 +190,28 @@ pub struct Binding {
     pub(crate) outputs: Vec<QnnTensor>,
     in_bufs: Vec<HostBuf>,
     out_bufs: Vec<HostBuf>,
-    /// Inputs whose memory belongs to another binding (see `alias_input`).
-    aliased: Vec<bool>,
     // Kept alive for the tensor structs' name and dimensions pointers.
     _names: Vec<CString>,
     _dims: Vec<Box<[u32]>>,
+    /// Registered memory handles (zero-copy mode) and the context they belong to; they are
+    /// deregistered before the buffers are freed and before the context can be.
+    mem: Vec<qnn_sys::QnnMemHandle>,
+    ctx: Option<Arc<Context>>,
+    /// Inputs whose memory belongs to another binding (see `alias_input`).
+    aliased: Vec<bool>,
+}
+
+impl Drop for Binding {
+    fn drop(&mut self) {
+        if let (Some(ctx), false) = (&self.ctx, self.mem.is_empty()) {
+            if let Some(f) = ctx.runtime().backend().table.mem_de_register {
+                // SAFETY: handles registered by `for_graph` with this context, freed once;
+                // the graph is not executing (we hold &mut self).
+                let _ = unsafe { f(self.mem.as_ptr(), self.mem.len() as u32) };
+            }
+        }
+        // Fields drop next: buffers (rpcmem_free), then the context Arc.
+    }
 }
 
 impl Binding {
@@ -188,47 +263,183 @@ impl Binding {
         let outputs = make(&desc.outputs, &mut out_bufs);
         Binding {
             desc: desc.clone(),
-            aliased: vec![false; inputs.len()],
             inputs,
             outputs,
             in_bufs,
             out_bufs,
             _names: names,
             _dims: dims,
+            mem: Vec::new(),
+            ctx: None,
+            aliased: vec![false; desc.inputs.len()],
         }
     }
 
-    /// Make input `i` read the memory of `owner`'s input `j`; this binding's own buffer for
-    /// `i` is released and the host must not touch input `i` here any more.
+    /// Like [`Binding::new`], but with zero-copy I/O when the graph's runtime has rpcmem:
+    /// every input and output is an rpcmem buffer, registered once with `memRegister`
+    /// (ION descriptor, one buffer per tensor) and bound as a MEMHANDLE tensor. Without
+    /// rpcmem, client buffers as in `new`.
+    pub fn for_graph(graph: &Graph, desc: &GraphDesc) -> Result<Binding> {
+        let ctx = graph.ctx.clone();
+        let rt = ctx.runtime().clone();
+        if rt.rpcmem.is_none() {
+            return Ok(Binding::new(desc));
+        }
+        let mut b = Binding::new(desc);
+        let register =
+            rt.backend()
+                .table
+                .mem_register
+                .ok_or_else(|| crate::Error::MissingEntry {
+                    step: format!("registering shared I/O buffers of graph {}", desc.name),
+                    entry: "memRegister",
+                })?;
+        b.ctx = Some(ctx.clone());
+        let n_in = b.inputs.len();
+        for k in 0..n_in + b.outputs.len() {
+            let (t, buf, qt) = if k < n_in {
+                (&desc.inputs[k], &mut b.in_bufs[k], &mut b.inputs[k])
+            } else {
+                let j = k - n_in;
+                (&desc.outputs[j], &mut b.out_bufs[j], &mut b.outputs[j])
+            };
+            let shared = HostBuf::rpc(&rt, t.bytes()).ok_or_else(|| {
+                crate::Error::Input(format!(
+                    "rpcmem_alloc of {} bytes for tensor {} of graph {} failed",
+                    t.bytes(),
+                    t.name,
+                    desc.name
+                ))
+            })?;
+            let Storage::Rpc { fd, .. } = shared.storage else {
+                unreachable!("HostBuf::rpc returns rpcmem storage")
+            };
+            *buf = shared;
+            let mut dims: Vec<u32> = if t.dims.is_empty() {
+                vec![1]
+            } else {
+                t.dims.clone()
+            };
+            let desc_m = qnn_sys::QnnMemDescriptor {
+                mem_shape: qnn_sys::QnnMemShape {
+                    num_dim: dims.len() as u32,
+                    dim_size: dims.as_mut_ptr(),
+                    shape_config: std::ptr::null(),
+                },
+                data_type: t.dtype,
+                mem_type: qnn_sys::mem_kind::ION,
+                info: qnn_sys::QnnMemInfo { ion_fd: fd },
+            };
+            let mut h: qnn_sys::QnnMemHandle = std::ptr::null_mut();
+            // SAFETY: a live context; one descriptor whose dims outlive the call; one
+            // handle slot.
+            let s = unsafe { register(ctx.handle(), &desc_m, 1, &mut h) };
+            super::check(s, || {
+                format!(
+                    "registering the rpcmem buffer of tensor {} of graph {}",
+                    t.name, desc.name
+                )
+            })?;
+            b.mem.push(h);
+            // SAFETY: new_v2 initialised the union; the common V1 prefix is valid.
+            let c = unsafe { qt.common_mut() };
+            c.mem_type = mem_type::MEMHANDLE;
+            c.mem.mem_handle = h;
+        }
+        Ok(b)
+    }
+
+    /// Make input `i` read the memory of `owner`'s input `j` (a chunked prefill graph reading
+    /// the decode graph's KV cache in place, so no cache is ever copied). With zero-copy I/O
+    /// the owner's rpcmem buffer is registered in this binding's context too (a mem handle is
+    /// per context) and this input's own buffer is deregistered and freed; with client
+    /// buffers the tensor simply points at the owner's memory. The host must not touch input
+    /// `i` through this binding any more.
     ///
     /// # Safety
-    /// `owner`'s buffers must outlive every `execute` of this binding. [`PairedBindings`]
-    /// guarantees it by owning both.
-    unsafe fn alias_input(
-        &mut self,
-        i: usize,
-        owner: &mut Binding,
-        j: usize,
-    ) -> Result<(), String> {
+    /// `owner`'s buffers must outlive every `execute` of this binding and its drop.
+    /// [`PairedBindings`] guarantees it by owning both and dropping this one first.
+    unsafe fn alias_input(&mut self, i: usize, owner: &mut Binding, j: usize) -> Result<()> {
         let (a, b) = (&self.desc.inputs[i], &owner.desc.inputs[j]);
         if a.dtype != b.dtype || a.bytes() != b.bytes() || a.quant != b.quant {
-            return Err(format!(
-                "{} cannot share the buffer of {}: dtype, size or quantization differ",
-                a.describe(),
-                b.describe()
+            return Err(crate::Error::graph(
+                &self.desc.name,
+                format!(
+                    "{} cannot share the buffer of {}: dtype, size or quantization differ",
+                    a.describe(),
+                    b.describe()
+                ),
             ));
         }
-        let ptr = owner.in_bufs[j].ptr();
-        // SAFETY: V1 is the common prefix of both tensor versions; the client buffer is
-        // repointed at memory of the same size that the caller keeps alive.
-        let c = unsafe { self.inputs[i].common_mut() };
-        c.mem.client_buf = qnn_sys::QnnClientBuffer {
-            data: ptr as *mut std::ffi::c_void,
-            data_size: owner.in_bufs[j].len() as u32,
+        let src = &mut owner.in_bufs[j];
+        let (ptr, len) = (src.ptr(), src.len());
+        let fd = match &src.storage {
+            Storage::Rpc { fd, .. } => Some(*fd),
+            Storage::Heap(_) => None,
         };
+        match (fd, self.ctx.clone(), self.mem.is_empty()) {
+            (Some(fd), Some(ctx), false) => {
+                let table = &ctx.runtime().backend().table;
+                let (Some(register), Some(deregister)) =
+                    (table.mem_register, table.mem_de_register)
+                else {
+                    return Err(crate::Error::MissingEntry {
+                        step: format!("sharing the KV cache with graph {}", self.desc.name),
+                        entry: "memRegister/memDeRegister",
+                    });
+                };
+                let mut dims: Vec<u32> = if a.dims.is_empty() {
+                    vec![1]
+                } else {
+                    a.dims.clone()
+                };
+                let d = qnn_sys::QnnMemDescriptor {
+                    mem_shape: qnn_sys::QnnMemShape {
+                        num_dim: dims.len() as u32,
+                        dim_size: dims.as_mut_ptr(),
+                        shape_config: std::ptr::null(),
+                    },
+                    data_type: a.dtype,
+                    mem_type: qnn_sys::mem_kind::ION,
+                    info: qnn_sys::QnnMemInfo { ion_fd: fd },
+                };
+                let mut h: qnn_sys::QnnMemHandle = std::ptr::null_mut();
+                // SAFETY: a live context; one descriptor whose dims outlive the call.
+                let s = unsafe { register(ctx.handle(), &d, 1, &mut h) };
+                super::check(s, || {
+                    format!(
+                        "registering the shared cache buffer {} of graph {}",
+                        a.name, self.desc.name
+                    )
+                })?;
+                // Handles are stored inputs first, in order: input i owns mem[i]. Deregister
+                // it before its buffer is freed.
+                let old = std::mem::replace(&mut self.mem[i], h);
+                // SAFETY: `old` was registered by `for_graph` in this context, freed once.
+                let _ = unsafe { deregister(&old, 1) };
+                // SAFETY: V1 is the common prefix of both tensor versions.
+                let c = unsafe { self.inputs[i].common_mut() };
+                c.mem.mem_handle = h;
+            }
+            _ => {
+                // SAFETY: V1 is the common prefix; the buffer has the same size and is kept
+                // alive by the caller.
+                let c = unsafe { self.inputs[i].common_mut() };
+                c.mem_type = mem_type::RAW;
+                c.mem.client_buf = qnn_sys::QnnClientBuffer {
+                    data: ptr as *mut std::ffi::c_void,
+                    data_size: len as u32,
+                };
+            }
+        }
         self.in_bufs[i] = HostBuf::zeroed(0);
         self.aliased[i] = true;
         Ok(())
+    }
+
+    /// True when the I/O buffers are registered rpcmem (zero-copy).
+    pub fn is_shared(&self) -> bool {
+        !self.mem.is_empty()
     }
 
     pub fn input_index(&self, name: &str) -> Option<usize> {
@@ -239,8 +450,7 @@ impl Binding {
         self.desc.outputs.iter().position(|t| t.name == name)
     }
 
-    /// Typed view of input `i` (dtype checked supported at model load). An aliased input
-    /// has no storage here: write it through its owner.
+    /// Typed view of input `i` (dtype checked supported at model load).
     pub fn input_mut(&mut self, i: usize) -> TypedMut<'_> {
         assert!(
             !self.aliased[i],
@@ -288,7 +498,8 @@ impl Binding {
 
 /// A prefill binding and a decode binding whose inputs may share memory: a chunked prefill
 /// graph reads the decode graph's KV cache in place, so the cache is never copied. Owning
-/// both keeps the shared buffers alive for as long as either binding can execute.
+/// both keeps the shared buffers alive for as long as either binding can execute; `pre` is
+/// declared first, so it is dropped (and deregisters its handles) before `dec` frees them.
 pub struct PairedBindings {
     pre: Option<Binding>,
     dec: Binding,
@@ -298,16 +509,20 @@ impl PairedBindings {
     /// `shared`: (prefill input index, decode input index) pairs to back with the decode
     /// binding's buffers.
     pub fn new(
-        pre: Option<&GraphDesc>,
-        dec: &GraphDesc,
+        pre: Option<(&Graph, &GraphDesc)>,
+        dec: (&Graph, &GraphDesc),
         shared: &[(usize, usize)],
-    ) -> Result<Self, String> {
-        let mut dec = Binding::new(dec);
-        let mut pre = pre.map(Binding::new);
+    ) -> Result<Self> {
+        let mut dec = Binding::for_graph(dec.0, dec.1)?;
+        let mut pre = match pre {
+            Some((g, d)) => Some(Binding::for_graph(g, d)?),
+            None => None,
+        };
         if let Some(p) = pre.as_mut() {
             for &(i, j) in shared {
                 // SAFETY: `dec` is owned by the returned struct next to `pre`, is never
-                // replaced, and a Binding never frees or reallocates its buffers while alive.
+                // replaced, outlives `pre` (field order), and a Binding never frees or
+                // reallocates its buffers while alive.
                 unsafe { p.alias_input(i, &mut dec, j)? };
             }
         }

@@ -53,6 +53,14 @@ impl Context {
         }))
     }
 
+    pub(crate) fn runtime(&self) -> &Arc<Runtime> {
+        &self.rt
+    }
+
+    pub(crate) fn handle(&self) -> QnnContextHandle {
+        self.handle
+    }
+
     /// `graphRetrieve` by name.
     pub fn graph(self: &Arc<Self>, name: &str) -> Result<Graph> {
         let t = &self.rt.backend().table;
@@ -92,7 +100,7 @@ impl Drop for Context {
 }
 
 pub struct Graph {
-    ctx: Arc<Context>,
+    pub(crate) ctx: Arc<Context>,
     handle: QnnGraphHandle,
     execute: GraphExecuteFn,
     pub name: String,

@@ -21,6 +21,10 @@ pub struct Runtime {
     backend: QnnBackendHandle,
     device: QnnDeviceHandle,
     pub device_facts: DeviceFacts,
+    /// The perf infrastructure and power-config id of an active vote.
+    vote: Option<(QnnHtpPerfInfrastructure, u32)>,
+    pub perf_mode: super::perf::PerfMode,
+    pub(crate) rpcmem: Option<super::rpcmem::RpcMem>,
 }
 
 // SAFETY: the handles are used from one thread at a time (the engine is single-threaded;
@@ -42,6 +46,9 @@ impl Runtime {
             backend: std::ptr::null_mut(),
             device: std::ptr::null_mut(),
             device_facts: DeviceFacts::default(),
+            vote: None,
+            perf_mode: super::perf::PerfMode::Default,
+            rpcmem: None,
         };
         let t = rt.backend_lib.table;
         let lib = rt.backend_lib.path.display().to_string();
@@ -122,6 +129,80 @@ impl Runtime {
         f
     }
 
+    /// Vote for `mode` through the HTP perf infrastructure. On failure nothing stays
+    /// registered (a created power-config id is destroyed).
+    pub fn set_perf(&mut self, mode: super::perf::PerfMode) -> Result<()> {
+        if mode == super::perf::PerfMode::Default {
+            return Ok(());
+        }
+        let lib = self.backend_lib.path.display().to_string();
+        let get = self
+            .backend_lib
+            .table
+            .device_get_infrastructure
+            .ok_or_else(|| Error::MissingEntry {
+                step: format!("voting {} performance with {lib}", mode.as_str()),
+                entry: "deviceGetInfrastructure",
+            })?;
+        let mut infra: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: out-param to a live local.
+        check(unsafe { get(&mut infra) }, || {
+            format!("getting the device infrastructure from {lib}")
+        })?;
+        if infra.is_null() {
+            return Err(Error::Input(format!(
+                "{lib}: deviceGetInfrastructure returned NULL"
+            )));
+        }
+        // SAFETY: for HTP the infrastructure is a QnnHtpDevice_Infrastructure_t owned by the
+        // library for its lifetime; we copy the function table out.
+        let i = unsafe { *(infra as *const QnnHtpDeviceInfrastructure) };
+        if i.infra_type != perf::INFRASTRUCTURE_TYPE_PERF {
+            return Err(Error::Input(format!(
+                "{lib}: device infrastructure type {} is not PERF",
+                i.infra_type
+            )));
+        }
+        let p = i.perf;
+        let (Some(create), Some(destroy), Some(set)) = (
+            p.create_power_config_id,
+            p.destroy_power_config_id,
+            p.set_power_config,
+        ) else {
+            return Err(Error::Input(format!(
+                "{lib}: the perf infrastructure lacks createPowerConfigId / setPowerConfig"
+            )));
+        };
+        let mut id = 0u32;
+        // SAFETY: plain values and an out-param to a live local.
+        check(unsafe { create(0, 0, &mut id) }, || {
+            "creating an HTP power-config id".to_string()
+        })?;
+        let cfgs = super::perf::configs(mode, id);
+        let mut ptrs: Vec<*const QnnHtpPowerConfig> = cfgs.iter().map(|c| c as *const _).collect();
+        ptrs.push(std::ptr::null());
+        // SAFETY: a NULL-terminated array of pointers to configs alive for the call.
+        let s = unsafe { set(id, ptrs.as_ptr()) };
+        if let Err(e) = check(s, || format!("setting the {} power config", mode.as_str())) {
+            // SAFETY: the id was created above and is destroyed once.
+            let _ = unsafe { destroy(id) };
+            return Err(e);
+        }
+        self.vote = Some((p, id));
+        self.perf_mode = mode;
+        Ok(())
+    }
+
+    /// Load libcdsprpc (or a stand-in) for zero-copy I/O; the reason on failure.
+    pub fn load_rpcmem(&mut self, path: &Path) -> std::result::Result<(), String> {
+        self.rpcmem = Some(super::rpcmem::RpcMem::load(path)?);
+        Ok(())
+    }
+
+    pub fn rpcmem_path(&self) -> Option<&Path> {
+        self.rpcmem.as_ref().map(|r| r.path.as_path())
+    }
+
     pub fn backend(&self) -> &BackendLibrary {
         &self.backend_lib
     }
@@ -143,6 +224,12 @@ impl Drop for Runtime {
     /// Device, backend, then log: the reverse of creation. Contexts hold an `Arc<Runtime>`,
     /// so they are already gone. Release errors are ignored: nothing can be done about them.
     fn drop(&mut self) {
+        if let Some((p, id)) = self.vote.take() {
+            if let Some(destroy) = p.destroy_power_config_id {
+                // SAFETY: an id created by set_perf, destroyed once, before the device.
+                let _ = unsafe { destroy(id) };
+            }
+        }
         let t = &self.backend_lib.table;
         if !self.device.is_null() {
             if let Some(f) = t.device_free {

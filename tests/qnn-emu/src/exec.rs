@@ -1,7 +1,7 @@
 //! Contexts, graphs and `graphExecute`: argument validation against the binary's tensor
 //! descriptors, then the decoder math.
 
-use crate::api::{log, E_GRAPH_INVALID_HANDLE, E_NOT_SUPPORTED};
+use crate::api::{log, E_GRAPH_INVALID_HANDLE};
 use crate::format::{self, GraphKind, KvLayout};
 use crate::io::{from_f32, to_f32, TensorSpec};
 use crate::knobs;
@@ -9,7 +9,7 @@ use crate::model::{to_head_major, KvView, LayerIo, Weights};
 use crate::registry::{self, Kind};
 use qnn_sys::*;
 use std::collections::HashMap;
-use std::ffi::{c_void, CStr};
+use std::ffi::CStr;
 use std::sync::Arc;
 
 pub const E_GRAPH_INVALID_ARGUMENT: u64 = 6000;
@@ -128,8 +128,9 @@ fn registry_contexts() -> Vec<usize> {
     registry::live_of(Kind::Context)
 }
 
-/// Memory registered for a context: handle -> (context, base pointer, bytes).
-pub fn release_context_mem(_ctx: usize) {}
+pub use crate::shm::{
+    device_get_infrastructure, mem_de_register, mem_lookup, mem_register, release_context_mem,
+};
 
 struct Bound<'a> {
     spec: &'a TensorSpec,
@@ -306,6 +307,9 @@ pub unsafe extern "C" fn graph_execute(
         );
         return E_GRAPH_INVALID_TENSOR;
     }
+    if knobs::get().trace.is_some() {
+        trace_execute(g, inputs, n_in, outputs, n_out, &ins);
+    }
     match run(g, &ins, &outs) {
         Ok(()) => 0,
         Err(e) => {
@@ -342,6 +346,12 @@ fn run(
     if g.null_compute || nan {
         for (i, o) in g.outputs.iter().enumerate() {
             let mut v = vec![if nan { f32::NAN } else { 0.0 }; o.elems()];
+            if !nan && g.kind == GraphKind::Lmhead && i == 0 && knobs::get().null_logits_noise {
+                // Realistic-looking logits for sampling benchmarks: deterministic noise in
+                // [-8, 8) that changes every execute.
+                let mut rng = crate::writer::Rng::new(knobs::next_noise_seed());
+                v.iter_mut().for_each(|x| *x = rng.uniform(8.0));
+            }
             if !nan && g.kind == GraphKind::Lmhead && i == 0 {
                 // Deterministic logits: favour a token that depends on nothing but the graph.
                 v[(o.elems() / 7).min(o.elems() - 1)] = 1.0;
@@ -457,24 +467,61 @@ fn run(
     Ok(())
 }
 
-/// Look up registered shared memory by handle; the base pointer if it holds `bytes`.
-pub fn mem_lookup(_h: usize, _bytes: usize) -> Option<*mut u8> {
-    None
+/// Snapshots of each graph's inputs at its previous execute (tracing only).
+fn snapshots() -> &'static std::sync::Mutex<HashMap<String, Vec<Vec<u8>>>> {
+    static S: std::sync::OnceLock<std::sync::Mutex<HashMap<String, Vec<Vec<u8>>>>> =
+        std::sync::OnceLock::new();
+    S.get_or_init(Default::default)
 }
 
-pub unsafe extern "C" fn mem_register(
-    _ctx: QnnContextHandle,
-    _descs: *const QnnMemDescriptor,
-    _n: u32,
-    _out: *mut QnnMemHandle,
-) -> QnnErrorHandle {
-    E_NOT_SUPPORTED
-}
-
-pub unsafe extern "C" fn mem_de_register(_handles: *const QnnMemHandle, _n: u32) -> QnnErrorHandle {
-    E_NOT_SUPPORTED
-}
-
-pub unsafe extern "C" fn device_get_infrastructure(_out: *mut *mut c_void) -> QnnErrorHandle {
-    E_NOT_SUPPORTED
+/// Record memTypes and how many input bytes changed since this graph's previous execute.
+fn trace_execute(
+    g: &EmuGraph,
+    inputs: *const QnnTensor,
+    n_in: u32,
+    outputs: *mut QnnTensor,
+    n_out: u32,
+    ins: &HashMap<&str, Bound<'_>>,
+) {
+    let (mut raw, mut mh) = (0u64, 0u64);
+    let all = (0..n_in as usize)
+        // SAFETY: `graph_execute` already read these tensors.
+        .map(|i| unsafe { &*inputs.add(i) })
+        // SAFETY: as above, for outputs.
+        .chain((0..n_out as usize).map(|i| unsafe { &*outputs.add(i) }));
+    for t in all {
+        // SAFETY: versions were validated by `bind`.
+        match unsafe { t.common() }.mem_type {
+            mem_type::RAW => raw += 1,
+            mem_type::MEMHANDLE => mh += 1,
+            _ => {}
+        }
+    }
+    let now: Vec<Vec<u8>> = g
+        .inputs
+        .iter()
+        .map(|s| {
+            let b = &ins[s.name.as_str()];
+            // SAFETY: `bind` checked the buffer holds `bytes()` readable bytes.
+            unsafe { std::slice::from_raw_parts(b.data, b.spec.bytes()) }.to_vec()
+        })
+        .collect();
+    let mut snaps = snapshots().lock().unwrap_or_else(|e| e.into_inner());
+    let changed = snaps.get(&g.name).map(|prev| {
+        prev.iter()
+            .zip(&now)
+            .map(|(a, b)| a.iter().zip(b).filter(|(x, y)| x != y).count() as u64)
+            .sum::<u64>()
+    });
+    snaps.insert(g.name.clone(), now);
+    drop(snaps);
+    crate::registry::exec_stat(&g.name, |st| {
+        st.executes += 1;
+        st.raw_args += raw;
+        st.memhandle_args += mh;
+        if let Some(c) = changed {
+            st.changed_bytes.push(c);
+            st.max_changed_bytes = st.max_changed_bytes.max(c);
+        }
+    });
 }

@@ -12,6 +12,8 @@ pub struct Knobs {
     fails: Vec<(String, Option<u64>, u64)>,
     nan: Option<(String, u64)>,
     pub null_compute: bool,
+    /// `QNN_EMU_NULL_LOGITS=noise`: null-compute lm-heads write pseudo-random logits.
+    pub null_logits_noise: bool,
     pub trace: Option<String>,
     /// Path of a JSON file accumulating per-tensor-role value ranges (x, y, k_<i>, v_<i>)
     /// across runs, for choosing fixed-point scales.
@@ -79,6 +81,7 @@ pub fn get() -> &'static Knobs {
             fails,
             nan,
             null_compute: env("QNN_EMU_NULL_COMPUTE").is_some_and(|v| v != "0"),
+            null_logits_noise: env("QNN_EMU_NULL_LOGITS").is_some_and(|v| v == "noise"),
             trace: env("QNN_EMU_TRACE"),
             calibrate: env("QNN_EMU_CALIBRATE"),
             threads: env("QNN_EMU_THREADS")
@@ -122,4 +125,11 @@ pub fn nan_now(kind: &str, idx: usize) -> bool {
 
 pub fn threads() -> usize {
     get().threads
+}
+
+static NOISE_SEED: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh seed per null-compute lm-head execute.
+pub fn next_noise_seed() -> u64 {
+    NOISE_SEED.fetch_add(1, Ordering::Relaxed)
 }

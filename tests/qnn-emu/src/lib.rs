@@ -13,8 +13,12 @@
 //! * `QNN_EMU_NAN=kind@n`: the n-th (0-based) execution of a graph of `kind`
 //!   (prefill | decode | lmhead) writes NaN outputs.
 //! * `QNN_EMU_NULL_COMPUTE=1`: validate arguments, skip the math.
+//! * `QNN_EMU_NULL_LOGITS=noise`: in null-compute mode the lm-head writes deterministic
+//!   pseudo-random logits (a fresh draw per execute) instead of a one-hot vector.
 //! * `QNN_EMU_TRACE=path`: after every handle create/free, rewrite `path` with a JSON
 //!   record of live handles and the ordered create/free events.
+//!   The trace also lists power-config votes (`votes`) and, per graph, how arguments were
+//!   passed and how many input bytes changed between executes (`exec`).
 //! * `QNN_EMU_THREADS=n`: math threads (default: available parallelism).
 //! * `QNN_EMU_CALIBRATE=path`: accumulate min/max of hidden states and K/V per layer (f32
 //!   runs) into `path`, for choosing fixed-point I/O scales.
@@ -29,6 +33,7 @@ mod calib;
 mod exec;
 mod knobs;
 mod registry;
+mod shm;
 mod sysctx;
 
 use qnn_sys::*;

@@ -13,6 +13,7 @@ pub enum Kind {
     SystemContext,
     MemHandle,
     PowerConfig,
+    RpcMem,
 }
 
 impl Kind {
@@ -25,6 +26,7 @@ impl Kind {
             Kind::SystemContext => "system_context",
             Kind::MemHandle => "mem_handle",
             Kind::PowerConfig => "power_config",
+            Kind::RpcMem => "rpcmem",
         }
     }
 }
@@ -33,6 +35,25 @@ impl Kind {
 struct Registry {
     live: HashMap<usize, Kind>,
     events: Vec<String>,
+    /// Power-config votes as set (one JSON object per setPowerConfig call).
+    votes: Vec<serde_json::Value>,
+    /// Per graph name: execute statistics (only kept when tracing).
+    exec: std::collections::BTreeMap<String, ExecStat>,
+}
+
+/// What graphExecute saw for one graph: how arguments were passed and how many input bytes
+/// changed since the previous execute of the same graph.
+#[derive(Default, Clone, serde::Serialize)]
+pub struct ExecStat {
+    pub executes: u64,
+    /// Arguments passed as client buffers (memType RAW).
+    pub raw_args: u64,
+    /// Arguments passed as registered memory handles (memType MEMHANDLE).
+    pub memhandle_args: u64,
+    /// Input bytes that differ from the previous execute: per execute, then the maximum
+    /// over every execute after the first.
+    pub changed_bytes: Vec<u64>,
+    pub max_changed_bytes: u64,
 }
 
 fn reg() -> &'static Mutex<Registry> {
@@ -65,6 +86,21 @@ pub fn remove(ptr: usize, kind: Kind) -> bool {
     true
 }
 
+/// Record a power-config vote and an event naming it.
+pub fn vote(v: serde_json::Value) {
+    let mut r = lock();
+    r.votes.push(v);
+    r.events.push("set power_config".into());
+    write_trace(&r);
+}
+
+/// Update the execute statistics of `graph` (tracing only).
+pub fn exec_stat(graph: &str, f: impl FnOnce(&mut ExecStat)) {
+    let mut r = lock();
+    f(r.exec.entry(graph.to_string()).or_default());
+    write_trace(&r);
+}
+
 pub fn is_live(ptr: usize, kind: Kind) -> bool {
     lock().live.get(&ptr) == Some(&kind)
 }
@@ -86,6 +122,7 @@ fn write_trace(r: &Registry) {
         Kind::SystemContext,
         Kind::MemHandle,
         Kind::PowerConfig,
+        Kind::RpcMem,
     ] {
         counts.push((
             k.name().to_string(),
@@ -94,7 +131,8 @@ fn write_trace(r: &Registry) {
     }
     let live: serde_json::Map<String, serde_json::Value> =
         counts.into_iter().map(|(k, v)| (k, v.into())).collect();
-    let doc = serde_json::json!({ "live": live, "events": r.events });
+    let doc = serde_json::json!({ "live": live, "events": r.events, "votes": r.votes,
+                                  "exec": r.exec });
     let tmp = format!("{path}.tmp");
     if std::fs::write(&tmp, doc.to_string()).is_ok() {
         let _ = std::fs::rename(&tmp, path);

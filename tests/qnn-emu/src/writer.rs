@@ -40,6 +40,12 @@ pub struct SynthSpec {
     /// Value ranges per role (x, y, k_<i>, v_<i>, as QNN_EMU_CALIBRATE records them) for
     /// fixed-point I/O; roles without a range get a wide default.
     pub ranges: std::collections::BTreeMap<String, (f32, f32)>,
+    /// Write a synthetic byte-level BPE tokenizer with this many tokens (merges included)
+    /// instead of the 258-token byte tokenizer, for cold-start measurements.
+    pub tokenizer_vocab: Option<usize>,
+    /// Name of the embedding file; when set and a file of the right size already exists,
+    /// it is reused (bundles of one shape at several C share it).
+    pub embed_file: Option<String>,
 }
 
 impl Default for SynthSpec {
@@ -67,6 +73,8 @@ impl Default for SynthSpec {
             tokenizer: None,
             embed_f16: false,
             ranges: Default::default(),
+            tokenizer_vocab: None,
+            embed_file: None,
         }
     }
 }
@@ -304,7 +312,13 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// the manifest path.
 pub fn write_bundle(dir: &Path, s: &SynthSpec) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(dir)?;
-    let w = weights(s);
+    // Null-compute binaries carry no weights: only the embedding table is needed, and that
+    // is written straight from the generator (no vocab x hidden f32 copies of the model).
+    let w = if s.null_compute {
+        Vec::new()
+    } else {
+        weights(s)
+    };
     let (prefill, decode, lmhead) = graphs(s);
     let layer = |n: &str| n.starts_with("blk.");
     let head = |n: &str| n == "output_norm.weight" || n == "output.weight";
@@ -351,28 +365,45 @@ pub fn write_bundle(dir: &Path, s: &SynthSpec) -> std::io::Result<PathBuf> {
         &context_binary(s, &[lmhead], &w, head),
     )?;
     contexts.insert("lmhead".into(), gref("lmhead", true));
-    let emb = &w[0].2;
-    let (embed_file, embed_dtype, bytes): (String, &str, Vec<u8>) = if s.embed_f16 {
-        (
-            format!("{name}_embed_f16.bin"),
-            "f16",
-            emb.iter()
-                .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
-                .collect(),
-        )
-    } else {
-        (
-            format!("{name}_embed_f32.bin"),
-            "f32",
-            emb.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        )
-    };
-    write_atomic(&dir.join(&embed_file), &bytes)?;
-    match &s.tokenizer {
-        Some(t) => {
+    let dt = if s.embed_f16 { "f16" } else { "f32" };
+    let embed_file = s
+        .embed_file
+        .clone()
+        .unwrap_or_else(|| format!("{name}_embed_{dt}.bin"));
+    let embed_dtype = dt;
+    let epath = dir.join(&embed_file);
+    let want = (s.vocab * s.hidden * if s.embed_f16 { 2 } else { 4 }) as u64;
+    let reuse = s.embed_file.is_some() && std::fs::metadata(&epath).is_ok_and(|m| m.len() == want);
+    if !reuse {
+        let mut gen_rng = Rng::new(s.seed);
+        let mut next = |i: usize| -> f32 {
+            if w.is_empty() {
+                gen_rng.uniform(1.0)
+            } else {
+                w[0].2[i]
+            }
+        };
+        let n = s.vocab * s.hidden;
+        let mut bytes = Vec::with_capacity(want as usize);
+        for i in 0..n {
+            let v = next(i);
+            if s.embed_f16 {
+                bytes.extend_from_slice(&half::f16::from_f32(v).to_le_bytes());
+            } else {
+                bytes.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        write_atomic(&epath, &bytes)?;
+    }
+    match (&s.tokenizer, s.tokenizer_vocab) {
+        (Some(t), _) => {
             std::fs::copy(t, dir.join("tokenizer.json"))?;
         }
-        None => write_atomic(
+        (None, Some(v)) => write_atomic(
+            &dir.join("tokenizer.json"),
+            synthetic_bpe_tokenizer_json(v, s.seed).as_bytes(),
+        )?,
+        (None, None) => write_atomic(
             &dir.join("tokenizer.json"),
             tiny_tokenizer_json().as_bytes(),
         )?,
@@ -419,6 +450,67 @@ fn byte_chars() -> Vec<char> {
 /// Vocabulary size of [`tiny_tokenizer_json`]: 256 byte tokens, then `<|bos|>`, `<|eos|>`.
 pub const TINY_VOCAB: usize = 258;
 
+/// A byte-level BPE tokenizer of `vocab` tokens (at least 258): the 256 byte tokens, then
+/// merged tokens, each the concatenation of two earlier ones with its merge rule, then
+/// `<|bos|>` and `<|eos|>` as the last two ids. Its size and merge count resemble a real
+/// 150k-vocabulary tokenizer, so loading it costs what loading a real one costs.
+pub fn synthetic_bpe_tokenizer_json(vocab: usize, seed: u64) -> String {
+    let chars = byte_chars();
+    let mut toks: Vec<String> = chars.iter().map(|c| c.to_string()).collect();
+    let mut seen: std::collections::HashSet<String> = toks.iter().cloned().collect();
+    let mut merges = Vec::new();
+    let mut rng = Rng::new(seed);
+    let n_merged = vocab.saturating_sub(258);
+    // Printable ASCII letters are the usual merge material; bias picks to short tokens.
+    let letters: Vec<usize> = (b'a'..=b'z')
+        .chain(b'A'..=b'Z')
+        .map(|b| b as usize)
+        .collect();
+    while merges.len() < n_merged {
+        let pick = |rng: &mut Rng, n: usize| -> usize {
+            let r = rng.next_u64();
+            if r % 3 == 0 {
+                letters[(r >> 8) as usize % letters.len()]
+            } else {
+                // Quadratic bias toward earlier (shorter) tokens.
+                let u = ((r >> 11) as f64) / ((1u64 << 53) as f64);
+                ((u * u) * n as f64) as usize
+            }
+        };
+        let a = pick(&mut rng, toks.len());
+        let b = pick(&mut rng, toks.len());
+        let t = format!("{}{}", toks[a], toks[b]);
+        if t.chars().count() > 16 || !seen.insert(t.clone()) {
+            continue;
+        }
+        merges.push(json!(format!("{} {}", toks[a], toks[b])));
+        toks.push(t);
+    }
+    let vocab_map: serde_json::Map<String, Value> = toks
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), json!(i)))
+        .collect();
+    let n = toks.len();
+    let added = |id: usize, content: &str| {
+        json!({"id": id, "content": content, "single_word": false, "lstrip": false, "rstrip": false,
+               "normalized": false, "special": true})
+    };
+    json!({
+        "version": "1.0",
+        "truncation": null, "padding": null,
+        "added_tokens": [added(n, "<|bos|>"), added(n + 1, "<|eos|>")],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+        "post_processor": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                  "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+                  "ignore_merges": false, "vocab": vocab_map, "merges": merges}
+    })
+    .to_string()
+}
+
 /// A byte-level BPE tokenizer with no merges: every UTF-8 byte is one token.
 pub fn tiny_tokenizer_json() -> String {
     let chars = byte_chars();
@@ -444,4 +536,55 @@ pub fn tiny_tokenizer_json() -> String {
                   "ignore_merges": false, "vocab": vocab, "merges": []}
     })
     .to_string()
+}
+
+/// Null-compute synthetic bundles of the two reference shapes of the host-overhead
+/// benchmark: `deepseek-1.5b` (V=151,936, H=1536, L=28, 12/2 heads, head_dim 128, qwen2) and
+/// `llama-1b` (V=128,256, H=2048, L=16, 32/8 heads, head_dim 64). `io` is the graph I/O
+/// dtype (f16 or ufixed16); the embedding table is f16 and the tokenizer has the full
+/// vocabulary, as in the seed bundles.
+pub fn preset(shape: &str, io: &str, ctx: usize) -> Option<SynthSpec> {
+    let base = SynthSpec {
+        io: io.into(),
+        ctx,
+        prefill: None,
+        null_compute: true,
+        embed_f16: true,
+        ..Default::default()
+    };
+    let s = match shape {
+        "deepseek-1.5b" => SynthSpec {
+            name: format!("ds15b_{io}_c{ctx}"),
+            arch: "qwen2".into(),
+            vocab: 151_936,
+            hidden: 1536,
+            n_layers: 28,
+            n_heads: 12,
+            n_kv_heads: 2,
+            head_dim: 128,
+            ffn: 8960,
+            rope_theta: 10000.0,
+            ..base
+        },
+        "llama-1b" => SynthSpec {
+            name: format!("llama1b_{io}_c{ctx}"),
+            arch: "llama".into(),
+            vocab: 128_256,
+            hidden: 2048,
+            n_layers: 16,
+            n_heads: 32,
+            n_kv_heads: 8,
+            head_dim: 64,
+            ffn: 8192,
+            rope_theta: 500000.0,
+            ..base
+        },
+        _ => return None,
+    };
+    Some(SynthSpec {
+        eos: (s.vocab - 1) as u32,
+        tokenizer_vocab: Some(s.vocab),
+        embed_file: Some(format!("{shape}_embed_f16.bin")),
+        ..s
+    })
 }

@@ -1,0 +1,294 @@
+//! Host overhead per decode step, through the real C ABI with the emulator in null-compute
+//! mode (graphExecute validates its arguments and returns at once), so everything timed is
+//! qhx's own host work. Run by `scripts/host-overhead.sh [--json]`:
+//!
+//!     cargo bench --bench host_overhead -- [--json] [--steps N] [--dir DIR]
+//!
+//! Shapes: DeepSeek-1.5B-like and Llama-1B-like (qnn_emu::writer::preset), f16 and
+//! ufixed16 I/O, C in {512, 1024, 4096}, greedy and top-k 40 / top-p 0.95 / temp 0.8.
+//! Each component is the minimum over 7 runs of the per-step mean (after one warm-up run).
+
+use qhx::engine::{Engine, GenConfig, Next};
+use qhx::manifest::Manifest;
+use qhx::model::{LoadOptions, Model};
+use qhx::sampler::SamplingParams;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+const SHAPES: [&str; 2] = ["deepseek-1.5b", "llama-1b"];
+const IOS: [&str; 2] = ["f16", "ufixed16"];
+const CTXS: [usize; 3] = [512, 1024, 4096];
+
+fn emu_lib() -> PathBuf {
+    if let Some(p) = std::env::var_os("QHX_EMU_LIB") {
+        return PathBuf::from(p);
+    }
+    // target/release/deps/host_overhead-* -> target/release/libqnn_emu.so
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    dir.join("libqnn_emu.so")
+}
+
+struct Row {
+    shape: &'static str,
+    io: &'static str,
+    ctx: usize,
+    sampler: &'static str,
+    comps: Vec<(&'static str, f64)>,
+    total: f64,
+    execute_ms: f64,
+    step_bytes: usize,
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1000.0
+}
+
+/// Cold start without context creation: manifest, tokenizer, embedding mmap, binary info.
+fn cold_start(manifest: &Path, root: &Path, lib: &Path) -> Vec<(&'static str, f64)> {
+    let t = Instant::now();
+    let m = Manifest::load(manifest, root).expect("manifest");
+    let t_manifest = ms(t);
+    let t = Instant::now();
+    let tok = qhx::tokenizer::Tokenizer::load(&m.tokenizer).expect("tokenizer");
+    let t_tok = ms(t);
+    assert_eq!(tok.vocab_size(), m.params.vocab);
+    let t = Instant::now();
+    let emb =
+        qhx::ops::embed::EmbedTable::open(&m.embed, m.embed_dtype, m.params.vocab, m.params.hidden)
+            .expect("embed");
+    let t_embed = ms(t);
+    let t = Instant::now();
+    let rt = qhx::qnn::Runtime::new(lib, lib, 0).expect("runtime");
+    let t_rt = ms(t);
+    let t = Instant::now();
+    let mut bins: Vec<&PathBuf> = vec![&m.decode.bin, &m.lmhead.bin];
+    if let Some(p) = &m.prefill {
+        bins.push(&p.bin);
+    }
+    for b in bins {
+        let f = std::fs::File::open(b).expect("bin");
+        let map = qhx::qnn::map_file(&f, b).expect("map");
+        let info = qhx::qnn::read_binary_info(&rt, &map, b).expect("binary info");
+        assert!(!info.graphs.is_empty());
+    }
+    let t_info = ms(t);
+    drop(emb);
+    vec![
+        ("manifest", t_manifest),
+        ("tokenizer", t_tok),
+        ("embed_mmap", t_embed),
+        ("binary_info", t_info),
+        ("runtime_dlopen", t_rt),
+    ]
+}
+
+fn measure(
+    model: &Model,
+    sampling: SamplingParams,
+    steps: usize,
+) -> (Vec<(&'static str, f64)>, f64, usize) {
+    let mut engine = Engine::new(model).expect("bind");
+    let n = steps.min(model.max_ctx - 2);
+    let cfg = GenConfig {
+        sampler: qhx::sampler::SamplerConfig {
+            temp: sampling.temperature,
+            top_k: sampling.top_k,
+            top_p: sampling.top_p,
+            seed: Some(42),
+            ..Default::default()
+        },
+        ignore_eos: true,
+        ..GenConfig::greedy(n)
+    };
+    let ids = [1u32];
+    // One warm-up run (page faults in fresh buffers), then ROUNDS measured runs; each
+    // component reports its minimum over the rounds: the host work itself, with as little
+    // interference from other processes on a shared machine as the rounds allow.
+    const ROUNDS: usize = 7;
+    let mut per_round: Vec<(Vec<(&'static str, f64)>, f64)> = Vec::new();
+    let mut bytes = 0;
+    for round in 0..=ROUNDS {
+        engine.reset();
+        engine.profile = Some(Default::default());
+        let mut stream = model.tokenizer.stream();
+        let mut detok_ns = 0u64;
+        engine
+            .generate(&ids, &cfg, 0.0, |t| {
+                let t0 = Instant::now();
+                let piece = stream.step(t)?;
+                std::hint::black_box(piece);
+                detok_ns += t0.elapsed().as_nanos() as u64;
+                Ok(Next::Continue)
+            })
+            .expect("generate");
+        let p = engine.profile.take().expect("profile");
+        if round == 0 {
+            continue;
+        }
+        let mut comps = p.components_ms();
+        // generate() calls on_token once per sampled token: steps + 1 times.
+        comps.push(("detokenize", detok_ns as f64 / (p.steps + 1) as f64 / 1e6));
+        let exec = p.execute_ns as f64 / p.steps.max(1) as f64 / 1e6;
+        per_round.push((comps, exec));
+        bytes = engine.last_step_bytes;
+    }
+    let min_of = |v: Vec<f64>| v.into_iter().fold(f64::INFINITY, f64::min);
+    let names: Vec<&'static str> = per_round[0].0.iter().map(|c| c.0).collect();
+    let comps = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (*n, min_of(per_round.iter().map(|r| r.0[i].1).collect())))
+        .collect();
+    let exec = min_of(per_round.iter().map(|r| r.1).collect());
+    (comps, exec, bytes)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let json_out = args.iter().any(|a| a == "--json");
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let steps: usize = flag("--steps").and_then(|v| v.parse().ok()).unwrap_or(256);
+    let only_shape = flag("--shape");
+    let dir = flag("--dir").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bundles/host-overhead")
+    });
+    let lib = emu_lib();
+    assert!(
+        lib.is_file(),
+        "{} missing: cargo build --release -p qnn-emu",
+        lib.display()
+    );
+    // Null compute for every binary; noise logits so sampling sees a realistic spread.
+    std::env::set_var("QNN_EMU_NULL_COMPUTE", "1");
+    std::env::set_var("QNN_EMU_NULL_LOGITS", "noise");
+    let samplers = [
+        ("greedy", SamplingParams::GREEDY),
+        (
+            "topk-topp",
+            SamplingParams {
+                temperature: 0.8,
+                top_k: 40,
+                top_p: 0.95,
+            },
+        ),
+    ];
+    let mut rows = Vec::new();
+    let mut colds = Vec::new();
+    for shape in SHAPES {
+        if only_shape.as_deref().is_some_and(|s| s != shape) {
+            continue;
+        }
+        let sdir = dir.join(shape);
+        for io in IOS {
+            for ctx in CTXS {
+                let spec = qnn_emu::writer::preset(shape, io, ctx).expect("preset");
+                let t = Instant::now();
+                let manifest = qnn_emu::writer::write_bundle(&sdir, &spec).expect("write bundle");
+                eprintln!(
+                    "host-overhead: {shape} {io} C={ctx}: bundle ready in {:.0} ms",
+                    ms(t)
+                );
+                if io == "f16" && ctx == 1024 {
+                    // Twice: the first run warms the page cache, the second is reported.
+                    let _ = cold_start(&manifest, &sdir, &lib);
+                    colds.push((shape, cold_start(&manifest, &sdir, &lib)));
+                }
+                let m = Manifest::load(&manifest, &sdir).expect("manifest");
+                let model = Model::load(m, &lib, &lib, &LoadOptions::default()).expect("load");
+                for (sname, sp) in samplers {
+                    let (comps, exec, bytes) = measure(&model, sp, steps);
+                    let total = comps.iter().map(|c| c.1).sum();
+                    rows.push(Row {
+                        shape,
+                        io,
+                        ctx,
+                        sampler: sname,
+                        comps,
+                        total,
+                        execute_ms: exec,
+                        step_bytes: bytes,
+                    });
+                }
+            }
+        }
+    }
+    if json_out {
+        let mut arr = Vec::new();
+        for r in &rows {
+            let comps: serde_json::Map<String, serde_json::Value> = r
+                .comps
+                .iter()
+                .map(|(k, v)| (k.to_string(), json!(v)))
+                .collect();
+            arr.push(
+                json!({"shape": r.shape, "io": r.io, "ctx": r.ctx, "sampler": r.sampler,
+                "total_ms_per_step": r.total, "components": comps,
+                "emulator_execute_ms": r.execute_ms, "host_bytes_per_step": r.step_bytes}),
+            );
+        }
+        for (shape, c) in &colds {
+            let total: f64 = c
+                .iter()
+                .filter(|x| x.0 != "runtime_dlopen")
+                .map(|x| x.1)
+                .sum();
+            let comps: serde_json::Map<String, serde_json::Value> =
+                c.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+            arr.push(json!({"shape": shape, "cold_start_ms": total, "components": comps}));
+        }
+        println!("{}", serde_json::Value::Array(arr));
+        return;
+    }
+    let names: Vec<&str> = rows
+        .first()
+        .map(|r| r.comps.iter().map(|c| c.0).collect())
+        .unwrap_or_default();
+    print!("{:<14} {:<9} {:>5} {:<10}", "shape", "io", "C", "sampler");
+    for n in &names {
+        print!(" {:>11}", n);
+    }
+    println!(" {:>9} {:>9} {:>8}", "total_ms", "exec_ms*", "bytes");
+    for r in &rows {
+        print!("{:<14} {:<9} {:>5} {:<10}", r.shape, r.io, r.ctx, r.sampler);
+        for c in &r.comps {
+            print!(" {:>11.4}", c.1);
+        }
+        println!(
+            " {:>9.4} {:>9.3} {:>8}",
+            r.total, r.execute_ms, r.step_bytes
+        );
+    }
+    println!("(* exec_ms: the emulator's graphExecute, not host overhead; excluded from total)");
+    for shape in SHAPES {
+        for io in IOS {
+            for s in ["greedy", "topk-topp"] {
+                let t = |c| {
+                    rows.iter()
+                        .find(|r| r.shape == shape && r.io == io && r.sampler == s && r.ctx == c)
+                        .map(|r| r.total)
+                };
+                if let (Some(a), Some(b)) = (t(512), t(4096)) {
+                    println!(
+                        "ratio total(C=4096)/total(C=512) {shape} {io} {s}: {:.3}",
+                        b / a
+                    );
+                }
+            }
+        }
+    }
+    for (shape, c) in &colds {
+        let total: f64 = c
+            .iter()
+            .filter(|x| x.0 != "runtime_dlopen")
+            .map(|x| x.1)
+            .sum();
+        let parts: Vec<String> = c.iter().map(|(k, v)| format!("{k} {v:.1}")).collect();
+        println!("cold start {shape}: {total:.1} ms ({})", parts.join(", "));
+    }
+}

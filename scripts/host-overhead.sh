@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Host overhead per decode step on synthetic null-compute bundles (DeepSeek-1.5B-like and
+# Llama-1B-like, f16 and ufixed16 I/O, C in 512/1024/4096, greedy and top-k/top-p), plus the
+# cold start (manifest + tokenizer + embed mmap + binary info). Prints a table, or with
+# --json one JSON array. Bundles are cached in target/bundles/host-overhead/.
+#   scripts/host-overhead.sh [--json] [--steps N] [--shape deepseek-1.5b|llama-1b]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=never
+cargo build --release -p qnn-emu --quiet >&2
+cargo bench --quiet --bench host_overhead -- "$@"

@@ -1,0 +1,368 @@
+//! Device-path features on the emulator: host bytes per decode step independent of C,
+//! zero-copy rpcmem I/O, HTP perf votes and their release, and `--bench --json`.
+
+mod common;
+
+use common::*;
+use qnn_emu::writer::SynthSpec;
+use serde_json::Value;
+use std::path::Path;
+
+fn trace(p: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(p).expect("trace written")).expect("trace JSON")
+}
+
+fn events(t: &Value) -> Vec<String> {
+    t["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| e.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Run with a trace; returns (output, trace).
+fn traced(
+    tag: &str,
+    spec: &SynthSpec,
+    n: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> (std::process::Output, Value) {
+    let (dir, m) = bundle(tag, spec);
+    let tp = dir.join("trace.json");
+    let tps = tp.to_str().unwrap().to_string();
+    let mut e: Vec<(&str, &str)> = vec![("QNN_EMU_TRACE", &tps)];
+    e.extend_from_slice(env);
+    let o = generate(&m, &dir, n, "bytes per step", extra, &e);
+    let t = trace(&tp);
+    (o, t)
+}
+
+fn decode_stat<'a>(t: &'a Value, name: &str) -> &'a Value {
+    &t["exec"][format!("{name}_decode")]
+}
+
+#[test]
+fn host_bytes_per_decode_step_do_not_depend_on_c() {
+    // Real (non-null) compute so K/V rows and hidden states change every step. The emulator
+    // diffs every decode input against its previous execute.
+    let mut maxes = Vec::new();
+    for ctx in [256usize, 2048] {
+        let spec = SynthSpec {
+            name: format!("c{ctx}"),
+            ctx,
+            prefill: None,
+            ..Default::default()
+        };
+        let (o, t) = traced(&format!("bytes-c{ctx}"), &spec, "24", &["--json"], &[]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let st = decode_stat(&t, &spec.name);
+        let changed: Vec<u64> = st["changed_bytes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        assert!(
+            changed.len() >= 30,
+            "{} decode executes traced",
+            changed.len()
+        );
+        // One embedding row (H f32), cos+sin rows (2*head_dim f32), one mask slot, one K and
+        // one V row per layer (K = n_kv*head_dim f32): no term in C.
+        let (h, hd, k, l) = (
+            spec.hidden,
+            spec.head_dim,
+            spec.n_kv_heads * spec.head_dim,
+            spec.n_layers,
+        );
+        let bound = (h * 4 + 2 * hd * 4 + 4 + 2 * l * k * 4) as u64;
+        let max = *changed.iter().max().unwrap();
+        assert!(
+            max <= bound,
+            "C={ctx}: a step changed {max} bytes > bound {bound}"
+        );
+        // Every step really writes its rows (an embedding row alone changes > H bytes).
+        assert!(
+            changed.iter().all(|&c| c as usize > h),
+            "C={ctx}: {changed:?}"
+        );
+        maxes.push(max);
+    }
+    // The same work at 8x the context: within 10% (values differ, sizes do not).
+    let (a, b) = (maxes[0] as f64, maxes[1] as f64);
+    assert!(
+        (a - b).abs() / a < 0.1,
+        "max changed bytes C=256 {a} vs C=2048 {b}"
+    );
+}
+
+#[test]
+fn rpcmem_binds_every_argument_as_a_memhandle_and_releases_in_order() {
+    let emu = emu();
+    let spec = SynthSpec::default();
+    let (o, t) = traced(
+        "rpcmem-on",
+        &spec,
+        "8",
+        &["-v", "--rpcmem-lib", emu.to_str().unwrap()],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("I/O mode: rpcmem zero-copy"),
+        "{}",
+        stderr(&o)
+    );
+    let exec = t["exec"].as_object().unwrap();
+    assert_eq!(
+        exec.len(),
+        3,
+        "prefill, decode and lm-head executed: {exec:?}"
+    );
+    for (g, st) in exec {
+        assert_eq!(st["raw_args"], 0, "{g} got client buffers");
+        assert!(st["memhandle_args"].as_u64().unwrap() > 0, "{g}");
+    }
+    assert_eq!(t["live"]["mem_handle"], 0);
+    assert_eq!(t["live"]["rpcmem"], 0);
+    let ev = events(&t);
+    let last_dereg = ev
+        .iter()
+        .rposition(|e| e == "free mem_handle")
+        .expect("deregistered");
+    let first_ctx_free = ev
+        .iter()
+        .position(|e| e == "free context")
+        .expect("context freed");
+    let last_rpc_free = ev
+        .iter()
+        .rposition(|e| e == "free rpcmem")
+        .expect("rpcmem freed");
+    assert!(
+        last_dereg < first_ctx_free,
+        "memDeRegister after contextFree: {ev:?}"
+    );
+    let first_rpc_free = ev.iter().position(|e| e == "free rpcmem").unwrap();
+    let first_dereg = ev.iter().position(|e| e == "free mem_handle").unwrap();
+    assert!(first_dereg < first_rpc_free && last_rpc_free < ev.len());
+    // Same tokens as with client buffers.
+    let (o2, t2) = traced(
+        "rpcmem-off",
+        &spec,
+        "8",
+        &["-v", "--rpcmem-lib", "none"],
+        &[],
+    );
+    assert!(o2.status.success());
+    assert!(
+        stderr(&o2).contains("I/O mode: client buffers"),
+        "{}",
+        stderr(&o2)
+    );
+    assert_eq!(stdout(&o), stdout(&o2));
+    for (g, st) in t2["exec"].as_object().unwrap() {
+        assert_eq!(st["memhandle_args"], 0, "{g}");
+    }
+}
+
+#[test]
+fn missing_rpcmem_library_falls_back_to_client_buffers() {
+    let (o, t) = traced(
+        "rpcmem-missing",
+        &SynthSpec::default(),
+        "4",
+        &["-v", "--rpcmem-lib", "/nonexistent/libcdsprpc.so"],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("client buffers (rpcmem /nonexistent/libcdsprpc.so"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(t["exec"]
+        .as_object()
+        .unwrap()
+        .values()
+        .all(|s| s["raw_args"].as_u64().unwrap() > 0));
+}
+
+fn assert_burst_vote(t: &Value) {
+    let votes = t["votes"].as_array().expect("votes");
+    assert_eq!(votes.len(), 1, "{votes:?}");
+    let c = votes[0]["configs"].as_array().unwrap();
+    assert_eq!(
+        c.len(),
+        3,
+        "DCVS v3, RPC control latency and polling all passed: {c:?}"
+    );
+    let d = &c[0];
+    assert_eq!(d["option"], "dcvs_v3");
+    assert_eq!(d["context_id"], votes[0]["id"]);
+    assert_eq!(
+        (d["set_dcvs_enable"].as_u64(), d["dcvs_enable"].as_u64()),
+        (Some(1), Some(0))
+    );
+    assert_eq!(d["power_mode"], 0x10);
+    assert_eq!(
+        (d["set_sleep_latency"].as_u64(), d["sleep_latency"].as_u64()),
+        (Some(1), Some(40))
+    );
+    assert_eq!(
+        (d["set_sleep_disable"].as_u64(), d["sleep_disable"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert_eq!(d["set_bus_params"], 1);
+    assert_eq!(d["bus"], serde_json::json!([0xA0, 0xA0, 0xA0]));
+    assert_eq!(d["set_core_params"], 1);
+    assert_eq!(d["core"], serde_json::json!([0xA0, 0xA0, 0xA0]));
+    assert_eq!(
+        c[1],
+        serde_json::json!({"option": "rpc_control_latency", "value": 100})
+    );
+    assert_eq!(
+        c[2],
+        serde_json::json!({"option": "rpc_polling_time", "value": 9999})
+    );
+}
+
+fn assert_released(t: &Value) {
+    assert_eq!(
+        t["live"]["power_config"], 0,
+        "power config id not destroyed"
+    );
+    let ev = events(t);
+    let set = ev.iter().position(|e| e == "set power_config");
+    let free = ev
+        .iter()
+        .position(|e| e == "free power_config")
+        .expect("destroyPowerConfigId");
+    let dev = ev
+        .iter()
+        .position(|e| e == "free device")
+        .expect("device freed");
+    assert!(set.is_none_or(|s| s < free) && free < dev, "{ev:?}");
+}
+
+#[test]
+fn burst_is_the_default_vote_and_is_released_at_exit() {
+    let (o, t) = traced("perf-burst", &SynthSpec::default(), "6", &[], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_burst_vote(&t);
+    assert_released(&t);
+    let (o, t) = traced(
+        "perf-default",
+        &SynthSpec::default(),
+        "6",
+        &["--perf", "default"],
+        &[],
+    );
+    assert!(o.status.success());
+    assert_eq!(t["votes"].as_array().unwrap().len(), 0);
+    let (o, t) = traced(
+        "perf-saver",
+        &SynthSpec::default(),
+        "6",
+        &["--perf", "power_saver"],
+        &[],
+    );
+    assert!(o.status.success());
+    assert_eq!(t["votes"][0]["configs"][0]["power_mode"], 0x4);
+    assert_released(&t);
+}
+
+#[test]
+fn votes_are_released_on_error_paths() {
+    // A graph failure mid-generation: the vote was set, and is still released.
+    let (o, t) = traced(
+        "perf-exec-fail",
+        &SynthSpec::default(),
+        "6",
+        &[],
+        &[("QNN_EMU_FAIL", "graphExecute@3=6004")],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_burst_vote(&t);
+    assert_released(&t);
+    // A context that fails to load after the vote.
+    let (o, t) = traced(
+        "perf-ctx-fail",
+        &SynthSpec::default(),
+        "6",
+        &[],
+        &[("QNN_EMU_FAIL", "contextCreateFromBinary@1=5005")],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert_released(&t);
+    // setPowerConfig itself failing: the created id is destroyed, the error names the step.
+    let (o, t) = traced(
+        "perf-set-fail",
+        &SynthSpec::default(),
+        "6",
+        &[],
+        &[("QNN_EMU_FAIL", "setPowerConfig=13006")],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("setting the burst power config"),
+        "{}",
+        stderr(&o)
+    );
+    assert_released(&t);
+}
+
+#[test]
+fn bench_json_has_pp_and_tg_rows_with_mean_and_stddev() {
+    let (dir, m) = bundle("bench-json", &SynthSpec::default());
+    let o = generate(
+        &m,
+        &dir,
+        "8",
+        "bench",
+        &["--bench", "--json", "-r", "3", "--pp", "12", "--tg", "16"],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    let rows = v["results"].as_array().expect("results");
+    let tests: Vec<&str> = rows.iter().map(|r| r["test"].as_str().unwrap()).collect();
+    assert_eq!(tests, ["pp12", "tg16"]);
+    for r in rows {
+        assert!(r["mean_tok_s"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["stddev_tok_s"].as_f64().unwrap() >= 0.0, "{r}");
+        assert_eq!(r["samples_tok_s"].as_array().unwrap().len(), 3);
+    }
+    assert_eq!(v["qnn_api"], "2.32.0");
+    assert_eq!(v["perf_mode"], "burst");
+    assert_eq!(v["io_mode"], "client");
+    assert_eq!(v["device"]["soc_model"], 87);
+    // The table form: one header and two rows on stdout.
+    let o = generate(
+        &m,
+        &dir,
+        "8",
+        "bench",
+        &["--bench", "-r", "2", "--pp", "12", "--tg", "8"],
+        &[],
+    );
+    assert!(o.status.success());
+    let out = stdout(&o);
+    assert!(out.contains("| pp12 |") && out.contains("| tg8 |"), "{out}");
+}
+
+#[test]
+fn verbose_reports_each_context_load_time() {
+    let (dir, m) = bundle("ctx-times", &SynthSpec::default());
+    let o = generate(&m, &dir, "2", "x", &["-v"], &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    for role in ["prefill", "decode", "lmhead"] {
+        let want = format!("tiny_{role}.bin loaded in ");
+        assert!(
+            err.lines().any(|l| l.contains(&want) && l.ends_with(" ms")),
+            "{role}: {err}"
+        );
+    }
+}
