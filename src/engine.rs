@@ -113,6 +113,11 @@ impl<'m> Engine<'m> {
         self.pos
     }
 
+    /// Positions the cache can hold.
+    pub fn max_ctx(&self) -> usize {
+        self.m.max_ctx
+    }
+
     /// Run the prompt, then generate up to `cfg.n_tokens` tokens, calling `on_token` for each
     /// (it may stop the run). `tokenize_ms` is added to the time to first token.
     pub fn generate(
