@@ -1,0 +1,344 @@
+//! Chat templates against HF goldens (tests/goldens/chat, made by scripts/chat_goldens.py),
+//! reasoning modes, -f prompt files and the -i REPL, through the real binary on the tiny
+//! Qwen2 parity bundle (DeepSeek-R1-Distill tokenizer).
+
+mod common;
+
+use common::*;
+use qhx::chat::{ChatTemplate, Message};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn parity_dir() -> PathBuf {
+    std::env::var_os("QHX_PARITY_BUNDLES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bundles/parity"))
+}
+
+fn golden() -> serde_json::Value {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/goldens/chat/deepseek-r1-distill.json");
+    serde_json::from_slice(&std::fs::read(p).expect("chat golden")).expect("golden JSON")
+}
+
+fn messages(v: &serde_json::Value) -> Vec<Message> {
+    serde_json::from_value(v.clone()).expect("messages")
+}
+
+/// The tiny Qwen2 bundle, linked into a fresh dir with the golden's template written as
+/// `chat_template.jinja` beside tokenizer.json (the bundle's manifest has no chat section).
+fn qwen2_chat_bundle(tag: &str) -> (PathBuf, PathBuf) {
+    let src = parity_dir().join("qwen2-f32");
+    let man = src.join("tiny_qwen2.json");
+    assert!(
+        man.is_file(),
+        "run scripts/build-parity.sh first ({})",
+        man.display()
+    );
+    let d = tmp(tag);
+    for e in std::fs::read_dir(&src).unwrap() {
+        let p = e.unwrap().path();
+        std::os::unix::fs::symlink(&p, d.join(p.file_name().unwrap())).unwrap();
+    }
+    let g = golden();
+    std::fs::write(
+        d.join("chat_template.jinja"),
+        g["template"].as_str().unwrap(),
+    )
+    .unwrap();
+    (d.clone(), d.join("tiny_qwen2.json"))
+}
+
+fn run(man: &Path, root: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let lib = emu();
+    let mut c = Command::new(bin());
+    c.arg(man).arg(&lib).arg(&lib).arg(root).args(args);
+    c.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut ch = c.spawn().expect("spawn qhx_generate");
+    if let Some(s) = stdin {
+        ch.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
+    }
+    ch.wait_with_output().unwrap()
+}
+
+fn ok(o: &Output) {
+    assert!(
+        o.status.success(),
+        "exit {:?}: {}",
+        o.status.code(),
+        stderr(o)
+    );
+}
+
+#[test]
+fn library_render_matches_hf_goldens() {
+    let g = golden();
+    let tok = qhx::tokenizer::Tokenizer::load(&parity_dir().join("tok/deepseek-r1-distill.json"))
+        .expect("run scripts/build-parity.sh first");
+    let t = ChatTemplate {
+        source: g["template"].as_str().unwrap().into(),
+        origin: "golden".into(),
+        bos_token: g["bos_token"].as_str().unwrap().into(),
+        eos_token: g["eos_token"].as_str().unwrap().into(),
+    };
+    let convs = g["conversations"].as_array().unwrap();
+    assert_eq!(convs.len(), 5);
+    for c in convs {
+        let m = messages(&c["messages"]);
+        assert_eq!(
+            t.render(&m, true).unwrap(),
+            c["text"].as_str().unwrap(),
+            "{}",
+            c["name"]
+        );
+        let want = ids(c, "ids");
+        let got: Vec<u64> = t
+            .encode(&tok, &m, true)
+            .unwrap()
+            .into_iter()
+            .map(u64::from)
+            .collect();
+        assert_eq!(got, want, "{}", c["name"]);
+    }
+}
+
+#[test]
+fn cli_chat_input_ids_match_hf_goldens() {
+    let (d, man) = qwen2_chat_bundle("chat-goldens");
+    for c in golden()["conversations"].as_array().unwrap() {
+        let f = d.join(format!("{}.messages.json", c["name"].as_str().unwrap()));
+        std::fs::write(&f, c["messages"].to_string()).unwrap();
+        let o = run(
+            &man,
+            &d,
+            &["2", "--chat", "--messages", f.to_str().unwrap(), "--json"],
+            None,
+        );
+        ok(&o);
+        assert_eq!(ids(&json(&o), "input_ids"), ids(c, "ids"), "{}", c["name"]);
+    }
+    // The same through the prompt and -sys flags.
+    let g = golden();
+    let su = &g["conversations"][1];
+    let m = messages(&su["messages"]);
+    let o = run(
+        &man,
+        &d,
+        &[
+            "2",
+            "-sys",
+            &m[0].content,
+            "--chat",
+            "-p",
+            &m[1].content,
+            "--json",
+        ],
+        None,
+    );
+    ok(&o);
+    assert_eq!(ids(&json(&o), "input_ids"), ids(su, "ids"));
+}
+
+#[test]
+fn chat_without_a_template_is_one_clear_error() {
+    let (dir, m) = bundle("chat-none", &qnn_emu::writer::SynthSpec::default());
+    let o = generate(&m, &dir, "2", "hi", &["--chat"], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("no chat template"), "{e}");
+    assert_eq!(e.trim().lines().count(), 2, "{e}"); // banner + the error
+}
+
+#[test]
+fn reasoning_hide_prints_only_what_follows_think_close() {
+    let (d, man) = qwen2_chat_bundle("chat-reason");
+    let base = [
+        "12",
+        "--chat",
+        "-p",
+        "Why is the sky blue?",
+        "--ignore-eos",
+        "--reasoning-budget",
+        "4",
+    ];
+    let with = |extra: &[&str]| {
+        let mut a: Vec<&str> = base.to_vec();
+        a.extend_from_slice(extra);
+        let o = run(&man, &d, &a, None);
+        ok(&o);
+        o
+    };
+    // The budget forces </think> after 4 tokens: the shown text has it.
+    let shown = stdout(&with(&[]));
+    let close = shown
+        .find("</think>")
+        .unwrap_or_else(|| panic!("no </think> in {shown:?}"));
+    let hidden = stdout(&with(&["--reasoning", "hide"]));
+    assert!(!hidden.contains("</think>"), "{hidden:?}");
+    let answer = shown[close + "</think>".len()..].trim_start();
+    assert_eq!(hidden, answer, "hide prints exactly the answer");
+    let doc = json(&with(&["--reasoning", "strip", "--json"]));
+    let out = ids(&doc, "output_ids");
+    assert_eq!(out.len(), 12);
+    assert_eq!(format!("{}\n", doc["text"].as_str().unwrap()), answer);
+    // Without the budget nothing closes the block in 12 tokens of this model: all hidden.
+    let o = run(
+        &man,
+        &d,
+        &[
+            "12",
+            "--chat",
+            "-p",
+            "Why is the sky blue?",
+            "--ignore-eos",
+            "--reasoning",
+            "hide",
+        ],
+        None,
+    );
+    ok(&o);
+    let plain = run(
+        &man,
+        &d,
+        &["12", "--chat", "-p", "Why is the sky blue?", "--ignore-eos"],
+        None,
+    );
+    if !stdout(&plain).contains("</think>") {
+        assert_eq!(stdout(&o), "\n");
+    }
+}
+
+#[test]
+fn prompt_from_file_and_stdin_equals_p() {
+    let (dir, m) = bundle("chat-file", &qnn_emu::writer::SynthSpec::default());
+    let f = dir.join("prompt.txt");
+    std::fs::write(&f, "hello from a file\n").unwrap();
+    let a = run(&m, &dir, &["3", "-p", "hello from a file", "--json"], None);
+    let b = run(&m, &dir, &["3", "-f", f.to_str().unwrap(), "--json"], None);
+    let c = run(
+        &m,
+        &dir,
+        &["3", "-f", "-", "--json", "--verbose-prompt"],
+        Some("hello from a file\n"),
+    );
+    for o in [&a, &b, &c] {
+        ok(o);
+    }
+    assert_eq!(ids(&json(&a), "input_ids"), ids(&json(&b), "input_ids"));
+    assert_eq!(ids(&json(&a), "input_ids"), ids(&json(&c), "input_ids"));
+    let n = ids(&json(&a), "input_ids").len();
+    assert!(
+        stderr(&c).contains(&format!("qhx: prompt {n} ids: [")),
+        "{}",
+        stderr(&c)
+    );
+    let missing = run(&m, &dir, &["3", "-f", "/nonexistent/p.txt"], None);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(stderr(&missing).contains("/nonexistent/p.txt"));
+}
+
+fn field(line: &str, key: &str) -> usize {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn interactive_five_turns_feed_only_new_tokens() {
+    let (d, man) = qwen2_chat_bundle("chat-repl");
+    let tr = d.join("transcript.json");
+    let turns = [
+        "Hello!",
+        "What is the capital of France?",
+        "Et en français ?",
+        "Count to three.",
+        "Thanks, bye.",
+    ];
+    let mut script: String = turns.iter().map(|t| format!("{t}\n")).collect();
+    script.push_str("/stats\n");
+    let o = run(
+        &man,
+        &d,
+        &[
+            "3",
+            "-i",
+            "-sys",
+            "Be brief.",
+            "--transcript",
+            tr.to_str().unwrap(),
+        ],
+        Some(&script),
+    );
+    ok(&o);
+    let err = stderr(&o);
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("qhx: turn=")).collect();
+    assert_eq!(lines.len(), 5, "{err}");
+    assert_eq!(stdout(&o).lines().count(), 5, "one reply line per turn");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&tr).unwrap()).unwrap();
+    let hist = messages(&doc["messages"]);
+    assert_eq!(hist.len(), 10);
+    let mut prev_total: usize = 0;
+    for (k, l) in lines.iter().enumerate() {
+        // A single-shot --chat render of the conversation up to turn k's user message.
+        let upto: Vec<&Message> = hist[..2 * k + 1].iter().collect();
+        let f = d.join(format!("turn{k}.json"));
+        std::fs::write(&f, serde_json::to_string(&upto).unwrap()).unwrap();
+        let one = run(
+            &man,
+            &d,
+            &[
+                "1",
+                "--chat",
+                "-sys",
+                "Be brief.",
+                "--messages",
+                f.to_str().unwrap(),
+                "--json",
+            ],
+            None,
+        );
+        ok(&one);
+        let render = ids(&json(&one), "input_ids");
+        assert_eq!(field(l, "prompt"), render.len(), "turn {k}: {l}");
+        assert!(l.contains("reset=false"), "turn {k}: {l}");
+        // The cache holds the previous transcript minus its unfed last token.
+        let cached = field(l, "cached");
+        assert_eq!(cached, prev_total.saturating_sub(1), "turn {k}: {l}");
+        assert_eq!(field(l, "fed"), render.len() - cached, "turn {k}: {l}");
+        if k == 4 {
+            let all = ids(&doc, "ids");
+            assert_eq!(
+                &all[..render.len()],
+                &render[..],
+                "transcript = single shot"
+            );
+            assert_eq!(all.len(), render.len() + field(l, "generated"));
+        }
+        prev_total = render.len() + field(l, "generated");
+    }
+    let stats = err.lines().find(|l| l.contains("qhx: stats")).unwrap();
+    assert!(stats.contains("turns=5"), "{stats}");
+    assert_eq!(field(stats, "last_fed"), field(lines[4], "fed"));
+}
+
+#[test]
+fn interactive_context_full_and_reset() {
+    let (d, man) = qwen2_chat_bundle("chat-full");
+    let long = "word ".repeat(400);
+    let script = format!("{long}\n/reset\nHi\n");
+    let o = run(&man, &d, &["2", "-i"], Some(&script));
+    ok(&o);
+    let err = stderr(&o);
+    assert!(err.contains("context full"), "{err}");
+    assert!(err.contains("conversation reset"), "{err}");
+    assert_eq!(err.lines().filter(|l| l.contains("qhx: turn=")).count(), 1);
+}
