@@ -17,8 +17,12 @@ fn parity_dir() -> PathBuf {
 }
 
 fn golden() -> serde_json::Value {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/goldens/chat/deepseek-r1-distill.json");
+    golden_file("deepseek-r1-distill")
+}
+
+fn golden_file(name: &str) -> serde_json::Value {
+    let p =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/goldens/chat/{name}.json"));
     serde_json::from_slice(&std::fs::read(p).expect("chat golden")).expect("golden JSON")
 }
 
@@ -77,17 +81,80 @@ fn ok(o: &Output) {
     );
 }
 
+fn template(g: &serde_json::Value) -> ChatTemplate {
+    ChatTemplate {
+        source: g["template"].as_str().unwrap().into(),
+        origin: "golden".into(),
+        bos_token: g["bos_token"].as_str().unwrap().into(),
+        eos_token: g["eos_token"].as_str().unwrap().into(),
+    }
+}
+
+#[test]
+fn template_features_render_like_hf_jinja2() {
+    // Loop controls, namespace, str methods, tojson, negative indexing, trim/lstrip blocks.
+    let g = golden_file("features");
+    let t = template(&g);
+    let convs = g["conversations"].as_array().unwrap();
+    assert_eq!(convs.len(), 3);
+    for c in convs {
+        let got = t.render(&messages(&c["messages"]), true).unwrap();
+        assert_eq!(got, c["text"].as_str().unwrap(), "{}", c["name"]);
+    }
+    let e = t
+        .render(&messages(&g["error_case"]["messages"]), true)
+        .unwrap_err()
+        .to_string();
+    let want = g["error_case"]["hf_error"].as_str().unwrap();
+    assert!(e.contains(want), "{e} lacks {want:?}");
+}
+
+#[test]
+fn library_render_matches_hf_goldens_smollm2() {
+    let g = golden_file("smollm2");
+    let tok = qhx::tokenizer::Tokenizer::load(&parity_dir().join("smollm2-f32/tokenizer.json"))
+        .expect("run scripts/build-parity.sh first");
+    let t = template(&g);
+    for c in g["conversations"].as_array().unwrap() {
+        let m = messages(&c["messages"]);
+        assert_eq!(t.render(&m, true).unwrap(), c["text"].as_str().unwrap());
+        let got: Vec<u64> = t
+            .encode(&tok, &m, true)
+            .unwrap()
+            .into_iter()
+            .map(u64::from)
+            .collect();
+        assert_eq!(got, ids(c, "ids"), "{}", c["name"]);
+    }
+}
+
+#[test]
+fn cli_chat_on_the_smollm2_manifest_template_matches_hf() {
+    // The template comes from the manifest's chat.template here.
+    let d = parity_dir().join("smollm2-f32");
+    let man = d.join("smollm2.json");
+    let g = golden_file("smollm2");
+    let t = tmp("chat-smollm2");
+    for c in g["conversations"].as_array().unwrap() {
+        let f = t.join(format!("{}.json", c["name"].as_str().unwrap()));
+        std::fs::write(&f, c["messages"].to_string()).unwrap();
+        let o = run(
+            &man,
+            &d,
+            &["1", "--chat", "--messages", f.to_str().unwrap(), "--json"],
+            None,
+        );
+        ok(&o);
+        assert_eq!(ids(&json(&o), "input_ids"), ids(c, "ids"), "{}", c["name"]);
+    }
+}
+
 #[test]
 fn library_render_matches_hf_goldens() {
     let g = golden();
     let tok = qhx::tokenizer::Tokenizer::load(&parity_dir().join("tok/deepseek-r1-distill.json"))
         .expect("run scripts/build-parity.sh first");
-    let t = ChatTemplate {
-        source: g["template"].as_str().unwrap().into(),
-        origin: "golden".into(),
-        bos_token: g["bos_token"].as_str().unwrap().into(),
-        eos_token: g["eos_token"].as_str().unwrap().into(),
-    };
+    let t = template(&g);
     let convs = g["conversations"].as_array().unwrap();
     assert_eq!(convs.len(), 5);
     for c in convs {
