@@ -120,10 +120,11 @@ pub fn generate(
     };
     let mut seen: Vec<u32> = Vec::new();
     let mut hit = false;
+    let mut closed = false;
     let first = engine.generate(ids, cfg, tokenize_ms, |t| {
         seen.push(t);
         let r = on_token(t)?;
-        let closed = seen.windows(b.close.len()).any(|w| w == b.close.as_slice());
+        closed = closed || seen.ends_with(&b.close);
         if !closed && seen.len() >= b.max && matches!(r, Next::Continue) {
             hit = true;
             return Ok(Next::Stop(FinishReason::Stop));

@@ -409,3 +409,76 @@ fn interactive_context_full_and_reset() {
     assert!(err.contains("conversation reset"), "{err}");
     assert_eq!(err.lines().filter(|l| l.contains("qhx: turn=")).count(), 1);
 }
+
+#[test]
+fn interactive_resets_when_the_template_rewrites_history() {
+    // The budget forces </think> into turn 1's reply; the DeepSeek template drops what comes
+    // before </think> in earlier replies, so turn 2's render does not extend the transcript:
+    // the cache is reset and the whole render fed. The first turn comes from -p.
+    let (d, man) = qwen2_chat_bundle("chat-rewrite");
+    let o = run(
+        &man,
+        &d,
+        &[
+            "6",
+            "-i",
+            "-p",
+            "Think first.",
+            "--ignore-eos",
+            "--reasoning-budget",
+            "2",
+        ],
+        Some("Second turn\n"),
+    );
+    ok(&o);
+    let err = stderr(&o);
+    let lines: Vec<&str> = err.lines().filter(|l| l.contains("qhx: turn=")).collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(stdout(&o).lines().next().unwrap().contains("</think>"));
+    assert!(lines[0].contains("reset=false"), "{}", lines[0]);
+    assert!(lines[1].contains("reset=true"), "{}", lines[1]);
+    assert_eq!(field(lines[1], "cached"), 0);
+    assert_eq!(field(lines[1], "fed"), field(lines[1], "prompt"));
+    // -i takes no --json.
+    let bad = run(&man, &d, &["2", "-i", "--json"], Some(""));
+    assert_eq!(bad.status.code(), Some(2));
+}
+
+#[test]
+fn template_from_tokenizer_config_wins_over_chat_template_jinja() {
+    // tokenizer_config.json (string or named-list form) before chat_template.jinja; its
+    // bos_token (an AddedToken object here) is the one rendered. The expected ids are those
+    // of the plain prompt "<|bos|>user:hi|" through the same tokenizer.
+    let (dir, m) = bundle("chat-cfg", &qnn_emu::writer::SynthSpec::default());
+    std::fs::write(dir.join("chat_template.jinja"), "WRONG").unwrap();
+    let tmpl = "{{ bos_token }}{% for m in messages %}{{ m.role }}:{{ m.content }}|{% endfor %}";
+    let plain = json(&generate(
+        &m,
+        &dir,
+        "1",
+        "<|bos|>user:hi|",
+        &["--json"],
+        &[],
+    ));
+    let want = ids(&plain, "input_ids");
+    assert_eq!(
+        want.first(),
+        Some(&256),
+        "the tiny tokenizer maps <|bos|> to 256"
+    );
+    for cfg in [
+        serde_json::json!({"chat_template": tmpl, "bos_token": {"content": "<|bos|>"}}),
+        serde_json::json!({"chat_template": [{"name": "default", "template": tmpl}],
+                           "bos_token": "<|bos|>"}),
+    ] {
+        std::fs::write(dir.join("tokenizer_config.json"), cfg.to_string()).unwrap();
+        let o = generate(&m, &dir, "1", "hi", &["--chat", "--json"], &[]);
+        ok(&o);
+        assert_eq!(ids(&json(&o), "input_ids"), want, "{cfg}");
+    }
+    std::fs::remove_file(dir.join("tokenizer_config.json")).unwrap();
+    let o = generate(&m, &dir, "1", "hi", &["--chat", "--json"], &[]);
+    ok(&o);
+    let wrong = json(&generate(&m, &dir, "1", "WRONG", &["--json"], &[]));
+    assert_eq!(ids(&json(&o), "input_ids"), ids(&wrong, "input_ids"));
+}

@@ -81,7 +81,7 @@ struct Args {
     reasoning_budget: Option<usize>,
     /// Interactive chat: read user turns from stdin line by line (/reset, /stats, EOF
     /// exits); n_tokens is the per-turn maximum.
-    #[arg(short = 'i', long = "interactive")]
+    #[arg(short = 'i', long = "interactive", conflicts_with_all = ["json", "expect_tokens", "messages"])]
     interactive: bool,
     /// -i: rewrite this JSON file ({"messages", "ids"}) after every turn.
     #[arg(long, value_name = "FILE")]
@@ -281,13 +281,19 @@ fn run(args: Args) -> Result<ExitCode> {
             transcript: args.transcript.clone(),
         };
         let mut engine = Engine::new(&model);
+        // A prompt given on the command line is the first turn.
+        let first = if prompt.is_empty() {
+            String::new()
+        } else {
+            format!("{}\n", prompt.replace(['\r', '\n'], " "))
+        };
         let stdin = std::io::stdin();
         qhx::interactive::run(
             &mut engine,
             &model.tokenizer,
             tmpl,
             &opts,
-            stdin.lock(),
+            std::io::Read::chain(std::io::Cursor::new(first), stdin.lock()),
             std::io::stdout().lock(),
         )?;
         return Ok(ExitCode::SUCCESS);
