@@ -113,6 +113,19 @@ impl<'m> Engine<'m> {
         self.pos
     }
 
+    /// Forget cached positions from `pos` on (their mask slots hidden again); the next
+    /// step fills slot `pos`. Rewinding to 0 is [`Engine::reset`].
+    pub fn rewind(&mut self, pos: usize) {
+        if pos >= self.pos {
+            return;
+        }
+        let io = &self.m.decode.1;
+        let mut mk = self.dec.input_mut(io.mask);
+        let neg = mk.mask_neg();
+        mk.fill(pos, self.pos - pos, neg);
+        self.pos = pos;
+    }
+
     /// Positions the cache can hold.
     pub fn max_ctx(&self) -> usize {
         self.m.max_ctx

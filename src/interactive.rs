@@ -6,8 +6,9 @@
 //! starts with that text, only the rest is tokenized and fed: the reply keeps the ids the
 //! model sampled, as llama.cpp does, even where re-tokenizing its text would merge them
 //! differently. When the new render does not extend it (a template that rewrites history,
-//! e.g. drops `<think>` blocks), the cache is reset and the whole render is fed; the turn's
-//! stats line says so (`reset=true`).
+//! e.g. drops `<think>` blocks), the render is tokenized whole, the cache is rewound to the
+//! longest common prefix of the two id sequences and the rest is fed; the turn's stats line
+//! says so (`reset=true`).
 
 use crate::chat::{ChatTemplate, Message};
 use crate::engine::{Engine, FinishReason, GenConfig, Next};
@@ -114,7 +115,15 @@ pub fn run(
             (engine.pos(), f)
         } else {
             st.reset = !transcript.is_empty();
-            (0, tok.encode_raw(&full_text)?)
+            let all = tok.encode_raw(&full_text)?;
+            // Reuse the longest common prefix; at least one id must be fed.
+            let lcp = all
+                .iter()
+                .zip(&transcript[..engine.pos()])
+                .take_while(|(a, b)| a == b)
+                .count()
+                .min(all.len().saturating_sub(1));
+            (lcp, all[lcp..].to_vec())
         };
         let mut full = transcript[..cached].to_vec();
         full.extend_from_slice(&feed);
@@ -129,7 +138,7 @@ pub fn run(
             continue;
         }
         if st.reset {
-            engine.reset();
+            engine.rewind(cached);
         }
         st.cached = cached;
         st.fed = feed.len();

@@ -389,6 +389,23 @@ fn interactive_five_turns_feed_only_new_tokens() {
                 "transcript = single shot"
             );
             assert_eq!(all.len(), render.len() + field(l, "generated"));
+            // The kept cache gives the reply a fresh single-shot run gives.
+            let fresh = run(
+                &man,
+                &d,
+                &[
+                    "3",
+                    "--chat",
+                    "-sys",
+                    "Be brief.",
+                    "--messages",
+                    f.to_str().unwrap(),
+                    "--json",
+                ],
+                None,
+            );
+            ok(&fresh);
+            assert_eq!(&all[render.len()..], &ids(&json(&fresh), "output_ids")[..]);
         }
         prev_total = render.len() + field(l, "generated");
     }
@@ -414,8 +431,10 @@ fn interactive_context_full_and_reset() {
 fn interactive_resets_when_the_template_rewrites_history() {
     // The budget forces </think> into turn 1's reply; the DeepSeek template drops what comes
     // before </think> in earlier replies, so turn 2's render does not extend the transcript:
-    // the cache is reset and the whole render fed. The first turn comes from -p.
+    // the cache is rewound to the common prefix and the rest fed. The first turn comes
+    // from -p. Turn 2's reply must equal a fresh single-shot run over the same render.
     let (d, man) = qwen2_chat_bundle("chat-rewrite");
+    let tr = d.join("transcript.json");
     let o = run(
         &man,
         &d,
@@ -427,6 +446,8 @@ fn interactive_resets_when_the_template_rewrites_history() {
             "--ignore-eos",
             "--reasoning-budget",
             "2",
+            "--transcript",
+            tr.to_str().unwrap(),
         ],
         Some("Second turn\n"),
     );
@@ -437,8 +458,47 @@ fn interactive_resets_when_the_template_rewrites_history() {
     assert!(stdout(&o).lines().next().unwrap().contains("</think>"));
     assert!(lines[0].contains("reset=false"), "{}", lines[0]);
     assert!(lines[1].contains("reset=true"), "{}", lines[1]);
-    assert_eq!(field(lines[1], "cached"), 0);
-    assert_eq!(field(lines[1], "fed"), field(lines[1], "prompt"));
+    let cached = field(lines[1], "cached");
+    assert!(
+        cached > 0 && cached <= field(lines[0], "prompt"),
+        "{}",
+        lines[1]
+    );
+    assert_eq!(field(lines[1], "fed"), field(lines[1], "prompt") - cached);
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&tr).unwrap()).unwrap();
+    let hist = messages(&doc["messages"]);
+    let f = d.join("upto.json");
+    std::fs::write(&f, serde_json::to_string(&hist[..3]).unwrap()).unwrap();
+    let one = run(
+        &man,
+        &d,
+        &[
+            "6",
+            "--chat",
+            "--messages",
+            f.to_str().unwrap(),
+            "--ignore-eos",
+            "--reasoning-budget",
+            "2",
+            "--json",
+        ],
+        None,
+    );
+    ok(&one);
+    let one = json(&one);
+    let (inp, out) = (ids(&one, "input_ids"), ids(&one, "output_ids"));
+    let all = ids(&doc, "ids");
+    assert_eq!(all.len(), inp.len() + out.len());
+    assert_eq!(
+        &all[..inp.len()],
+        &inp[..],
+        "transcript = single-shot render"
+    );
+    assert_eq!(
+        &all[inp.len()..],
+        &out[..],
+        "rewound cache gives the same reply"
+    );
     // -i takes no --json.
     let bad = run(&man, &d, &["2", "-i", "--json"], Some(""));
     assert_eq!(bad.status.code(), Some(2));
