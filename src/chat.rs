@@ -133,9 +133,11 @@ impl ChatTemplate {
                 ))
             },
         );
-        env.add_function("strftime_now", |_fmt: String| -> String {
-            // Deterministic: templates use it for a "today" line only.
-            String::new()
+        env.add_function("strftime_now", |fmt: String| -> String {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            strftime(&fmt, now)
         });
         let err = |e: minijinja::Error| {
             let mut msg = format!("chat template: {e}");
@@ -169,6 +171,81 @@ impl ChatTemplate {
     }
 }
 
+/// `strftime` over UTC seconds since the epoch, for the codes chat templates use (%Y %m %d
+/// %e %b %B %a %A %H %M %S %y %j %%); others are kept verbatim.
+pub fn strftime(fmt: &str, secs: u64) -> String {
+    const MON: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
+    const DAY: [&str; 7] = [
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+    ];
+    let days = (secs / 86_400) as i64;
+    let tod = secs % 86_400;
+    // Civil date from days since 1970-01-01 (proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    const CUM: [i64; 12] = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
+    let jday = CUM[(m - 1) as usize] + d + i64::from(leap && m > 2);
+    let wd = DAY[days.rem_euclid(7) as usize];
+    let mn = MON[(m - 1) as usize];
+    let mut out = String::new();
+    let mut it = fmt.chars();
+    while let Some(c) = it.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match it.next() {
+            Some('Y') => out.push_str(&y.to_string()),
+            Some('y') => out.push_str(&format!("{:02}", y % 100)),
+            Some('m') => out.push_str(&format!("{m:02}")),
+            Some('d') => out.push_str(&format!("{d:02}")),
+            Some('e') => out.push_str(&format!("{d:2}")),
+            Some('j') => out.push_str(&format!("{jday:03}")),
+            Some('b') => out.push_str(&mn[..3]),
+            Some('B') => out.push_str(mn),
+            Some('a') => out.push_str(&wd[..3]),
+            Some('A') => out.push_str(wd),
+            Some('H') => out.push_str(&format!("{:02}", tod / 3600)),
+            Some('M') => out.push_str(&format!("{:02}", tod / 60 % 60)),
+            Some('S') => out.push_str(&format!("{:02}", tod % 60)),
+            Some('%') => out.push('%'),
+            Some(o) => {
+                out.push('%');
+                out.push(o);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
 /// Build the message list of a one-shot `--chat` run.
 pub fn conversation(system: Option<&str>, user: &str) -> Vec<Message> {
     let mut v = Vec::new();
@@ -188,4 +265,22 @@ pub fn load_messages(path: &Path) -> Result<Vec<Message>> {
             format!("expected a JSON array of {{\"role\", \"content\"}} objects: {e}"),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn strftime_known_instants() {
+        use super::strftime;
+        assert_eq!(
+            strftime("%Y-%m-%d %H:%M:%S %a", 0),
+            "1970-01-01 00:00:00 Thu"
+        );
+        // 2000-02-29 12:34:56 UTC, a leap day (Tuesday), day 060 of the year.
+        assert_eq!(
+            strftime("%d %b %Y %A %j %y %e%%", 951_827_696),
+            "29 Feb 2000 Tuesday 060 00 29%"
+        );
+        assert_eq!(strftime("%B %q", 1_764_633_600), "December %q"); // 2025-12-02
+    }
 }
