@@ -190,6 +190,25 @@ impl<'m> Engine<'m> {
         self.pos
     }
 
+    /// Forget cached positions from `pos` on (their mask slots hidden again); the next
+    /// step fills slot `pos`. Rewinding to 0 is [`Engine::reset`].
+    pub fn rewind(&mut self, pos: usize) {
+        if pos >= self.pos {
+            return;
+        }
+        let io = &self.m.decode.1;
+        let mut mk = self.bind.dec().input_mut(io.mask);
+        let neg = mk.mask_neg();
+        mk.fill(pos, self.pos - pos, neg);
+        self.pos = pos;
+        self.history.truncate(pos);
+    }
+
+    /// Positions the cache can hold.
+    pub fn max_ctx(&self) -> usize {
+        self.m.max_ctx
+    }
+
     /// Run the prompt, then generate up to `cfg.n_tokens` tokens, calling `on_token` for each
     /// (it may stop the run). `tokenize_ms` is added to the time to first token.
     pub fn generate(

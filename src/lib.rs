@@ -4,14 +4,17 @@
 //! KV bookkeeping, sampling and detokenization. [`model`] loads a bundle through QNN,
 //! [`engine`] runs the token loop, [`qnn`] is the safe wrapper over `qnn-sys`.
 
+pub mod chat;
 pub mod cli;
 pub mod engine;
 pub mod error;
+pub mod interactive;
 pub mod kv;
 pub mod manifest;
 pub mod model;
 pub mod ops;
 pub mod qnn;
+pub mod reasoning;
 pub mod sampler;
 pub mod stats;
 pub mod stop;

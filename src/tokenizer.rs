@@ -54,6 +54,16 @@ impl Tokenizer {
         Ok(ids)
     }
 
+    /// Encode without the post-processor's special tokens (HF `add_special_tokens=False`),
+    /// as chat templates are tokenized.
+    pub fn encode_raw(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| self.err("encode", e))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         self.inner
             .decode(ids, false)

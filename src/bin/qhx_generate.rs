@@ -85,12 +85,49 @@ struct Args {
     /// Benchmark generated tokens.
     #[arg(long, default_value_t = 128)]
     tg: usize,
+    /// Prompt from a file (`-` = stdin), instead of the positional prompt / -p.
+    #[arg(short = 'f', long = "file", value_name = "FILE", conflicts_with_all = ["prompt", "prompt_flag"])]
+    file: Option<PathBuf>,
+    /// Print the prompt's ids and pieces on stderr before generating.
+    #[arg(long)]
+    verbose_prompt: bool,
+    /// Render the prompt as a user turn with the bundle's chat template.
+    #[arg(long)]
+    chat: bool,
+    /// System message for --chat / -i (also accepted as `-sys TEXT`).
+    #[arg(long = "system", value_name = "TEXT")]
+    system: Option<String>,
+    /// --chat: the conversation so far, a JSON array of {"role", "content"}; the prompt,
+    /// if any, is appended as a user turn.
+    #[arg(long, value_name = "FILE")]
+    messages: Option<PathBuf>,
+    /// Reasoning blocks (`<think> … </think>`): show, hide (print and save only what follows
+    /// `</think>`) or strip (print everything, save only the answer).
+    #[arg(long, default_value = "show", value_name = "show|hide|strip")]
+    reasoning: qhx::reasoning::Mode,
+    /// Force `</think>` after N generated tokens while the reasoning block is open.
+    #[arg(long, value_name = "N", value_parser = parse_n_tokens)]
+    reasoning_budget: Option<usize>,
+    /// Interactive chat: read user turns from stdin line by line (/reset, /stats, EOF
+    /// exits); n_tokens is the per-turn maximum.
+    #[arg(short = 'i', long = "interactive", conflicts_with_all = ["json", "expect_tokens", "messages"])]
+    interactive: bool,
+    /// -i: rewrite this JSON file ({"messages", "ids"}) after every turn.
+    #[arg(long, value_name = "FILE")]
+    transcript: Option<PathBuf>,
 }
 
 fn parse_perf(s: &str) -> std::result::Result<PerfMode, String> {
     PerfMode::parse(s).ok_or_else(|| {
         format!("--perf {s:?}: expected burst, high, balanced, power_saver or default")
     })
+}
+
+/// `-sys TEXT` is llama.cpp's spelling of the system-prompt flag; clap has no multi-letter
+/// short flags, so it is mapped to `--system`.
+fn map_legacy_args(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    args.map(|a| if a == "-sys" { "--system".into() } else { a })
+        .collect()
 }
 
 /// Parse `--expect-tokens`: a file path or a comma-separated id list.
@@ -154,7 +191,7 @@ fn parse_n_tokens(s: &str) -> std::result::Result<usize, String> {
 fn main() -> ExitCode {
     // `-r` is llama-cli's stop string, but llama-bench's repetition count: with --bench it
     // means the latter.
-    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut argv = map_legacy_args(std::env::args_os());
     if argv.iter().any(|a| a == "--bench") {
         for a in argv.iter_mut().skip(1) {
             if a == "-r" {
@@ -256,16 +293,18 @@ fn run(args: Args) -> Result<ExitCode> {
         Ok(p) => p,
         Err(code) => return Ok(code),
     };
-    let prompt = match (pos.prompt.clone(), args.prompt_flag.clone()) {
-        (Some(_), Some(_)) => {
+    let prompt = match (pos.prompt.clone(), args.prompt_flag.clone(), &args.file) {
+        (Some(_), Some(_), _) => {
             return Ok(usage(
                 "give the prompt either positionally or with -p, not both",
             ))
         }
-        (Some(p), None) | (None, Some(p)) => p,
-        (None, None) => {
+        (Some(p), None, _) | (None, Some(p), _) => p,
+        (None, None, Some(f)) => read_prompt_file(f)?,
+        (None, None, None) if args.interactive || args.messages.is_some() => String::new(),
+        (None, None, None) => {
             return Ok(usage(
-                "no prompt given (positional after n_tokens, or -p TEXT)",
+                "no prompt given (positional after n_tokens, -p TEXT or -f FILE)",
             ))
         }
     };
@@ -357,9 +396,77 @@ fn run(args: Args) -> Result<ExitCode> {
         return bench(&args, &model, &mut engine, &prompt, zc);
     }
 
+    let chat_mode = args.chat || args.interactive || args.messages.is_some();
+    let template = if chat_mode {
+        Some(qhx::chat::ChatTemplate::for_bundle(m, &model.tokenizer)?)
+    } else {
+        None
+    };
+    let budget = args
+        .reasoning_budget
+        .map(|max| -> Result<qhx::reasoning::Budget> {
+            Ok(qhx::reasoning::Budget {
+                max,
+                close: model.tokenizer.encode_raw(qhx::reasoning::THINK_CLOSE)?,
+            })
+        })
+        .transpose()?;
+    if args.interactive {
+        let tmpl = template.as_ref().expect("chat mode loads the template");
+        let opts = qhx::interactive::Options {
+            system: args.system.clone(),
+            cfg: GenConfig {
+                n_tokens: requested,
+                allow_nonfinite: args.allow_nonfinite,
+                ignore_eos: args.ignore_eos,
+                sampler: sampler.clone(),
+            },
+            reasoning: args.reasoning,
+            budget,
+            eos: m.eos.clone(),
+            verbose_prompt: args.verbose_prompt,
+            transcript: args.transcript.clone(),
+        };
+        // A prompt given on the command line is the first turn.
+        let first = if prompt.is_empty() {
+            String::new()
+        } else {
+            format!("{}\n", prompt.replace(['\r', '\n'], " "))
+        };
+        let stdin = std::io::stdin();
+        qhx::interactive::run(
+            &mut engine,
+            &model.tokenizer,
+            tmpl,
+            &opts,
+            std::io::Read::chain(std::io::Cursor::new(first), stdin.lock()),
+            std::io::stdout().lock(),
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let t_tok = Instant::now();
-    let ids = model.tokenizer.encode(&prompt, m.params.bos_token_id)?;
+    let ids = match &template {
+        Some(t) => {
+            let mut msgs = match &args.messages {
+                Some(f) => qhx::chat::load_messages(f)?,
+                None => Vec::new(),
+            };
+            if let Some(s) = &args.system {
+                if msgs.first().is_none_or(|x| x.role != "system") {
+                    msgs.insert(0, qhx::chat::Message::new("system", s));
+                }
+            }
+            if !prompt.is_empty() || msgs.is_empty() {
+                msgs.push(qhx::chat::Message::new("user", &prompt));
+            }
+            t.encode(&model.tokenizer, &msgs, true)?
+        }
+        None => model.tokenizer.encode(&prompt, m.params.bos_token_id)?,
+    };
     let tokenize_ms = t_tok.elapsed().as_secs_f64() * 1000.0;
+    if args.verbose_prompt {
+        print_prompt(&model.tokenizer, &ids);
+    }
     if ids.len() >= model.max_ctx {
         bail!(
             "the prompt is {} tokens, which leaves no room in max_ctx {} to generate",
@@ -367,21 +474,21 @@ fn run(args: Args) -> Result<ExitCode> {
             model.max_ctx
         );
     }
-    let budget = model.max_ctx - ids.len();
+    let room = model.max_ctx - ids.len();
     let expected = args
         .expect_tokens
         .as_deref()
         .map(parse_expected)
         .transpose()?;
     let mut n_tokens = expected.as_ref().map_or(requested, Vec::len);
-    if n_tokens > budget {
+    if n_tokens > room {
         eprintln!(
-            "qhx: warning: n_tokens {} clamped to {budget} (prompt {} + generated must fit max_ctx {})",
+            "qhx: warning: n_tokens {} clamped to {room} (prompt {} + generated must fit max_ctx {})",
             n_tokens,
             ids.len(),
             model.max_ctx
         );
-        n_tokens = budget;
+        n_tokens = room;
     }
     let cfg = GenConfig {
         n_tokens,
@@ -401,26 +508,37 @@ fn run(args: Args) -> Result<ExitCode> {
     // Text released so far: streamed pieces minus anything a stop string may still claim.
     let mut printed = String::new();
     let mut stops = qhx::stop::StopMatcher::new(&args.stop);
-    let result = engine.generate(&ids, &cfg, tokenize_ms, |tok| {
-        if json && stops.is_empty() {
-            return Ok(Next::Continue);
-        }
-        let Some(piece) = stream.step(tok)? else {
-            return Ok(Next::Continue);
-        };
-        let pushed = stops.push(&piece);
-        if !json && !pushed.emit.is_empty() {
-            out.write_all(pushed.emit.as_bytes())
-                .map_err(|e| qhx::Error::io("<stdout>", e))?;
-            out.flush().map_err(|e| qhx::Error::io("<stdout>", e))?;
-        }
-        printed.push_str(&pushed.emit);
-        Ok(if pushed.stopped {
-            Next::Stop(FinishReason::Stop)
-        } else {
-            Next::Continue
-        })
-    });
+    let mut filter = qhx::reasoning::Filter::new(args.reasoning);
+    let result = qhx::reasoning::generate(
+        &mut engine,
+        &ids,
+        &cfg,
+        tokenize_ms,
+        budget.as_ref(),
+        |tok| {
+            if json && stops.is_empty() {
+                return Ok(Next::Continue);
+            }
+            let Some(piece) = stream.step(tok)? else {
+                return Ok(Next::Continue);
+            };
+            let pushed = stops.push(&piece);
+            if !json {
+                let shown = filter.push(&pushed.emit);
+                if !shown.is_empty() {
+                    out.write_all(shown.as_bytes())
+                        .map_err(|e| qhx::Error::io("<stdout>", e))?;
+                    out.flush().map_err(|e| qhx::Error::io("<stdout>", e))?;
+                }
+            }
+            printed.push_str(&pushed.emit);
+            Ok(if pushed.stopped {
+                Next::Stop(FinishReason::Stop)
+            } else {
+                Next::Continue
+            })
+        },
+    );
     let output = match result {
         Ok(o) => o,
         Err(e) => {
@@ -446,11 +564,12 @@ fn run(args: Args) -> Result<ExitCode> {
         .copied()
         .filter(|t| !(finish == FinishReason::Eos && model.eos.contains(t)))
         .collect();
-    let text = if finish == FinishReason::Stop {
+    let full_text = if finish == FinishReason::Stop {
         printed.clone()
     } else {
         model.tokenizer.decode(&text_ids)?
     };
+    let text = qhx::reasoning::saved(args.reasoning, &full_text).to_string();
     if json {
         let doc = serde_json::json!({
             "input_ids": output.input_ids,
@@ -463,7 +582,8 @@ fn run(args: Args) -> Result<ExitCode> {
     } else {
         // Text the stream held back (an incomplete UTF-8 tail at the end) goes out now, so
         // stdout always equals the one-shot decode.
-        if let Some(rest) = text.strip_prefix(printed.as_str()) {
+        if let Some(rest) = full_text.strip_prefix(printed.as_str()) {
+            let rest = filter.push(rest);
             out.write_all(rest.as_bytes())?;
         }
         writeln!(out)?;
@@ -602,4 +722,32 @@ fn bench(
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `-f FILE` / `-f -` (stdin): the whole file is the prompt, one trailing newline dropped.
+fn read_prompt_file(f: &std::path::Path) -> Result<String> {
+    let mut text = if f.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+            .context("reading the prompt from stdin")?;
+        s
+    } else {
+        std::fs::read_to_string(f)
+            .with_context(|| format!("reading prompt file {}", f.display()))?
+    };
+    if text.ends_with('\n') {
+        text.pop();
+        if text.ends_with('\r') {
+            text.pop();
+        }
+    }
+    Ok(text)
+}
+
+/// `--verbose-prompt`: the ids as fed, and each id's piece.
+fn print_prompt(tok: &qhx::tokenizer::Tokenizer, ids: &[u32]) {
+    eprintln!("qhx: prompt {} ids: {ids:?}", ids.len());
+    for (i, &t) in ids.iter().enumerate() {
+        eprintln!("qhx: {i:5} {t:7} {:?}", tok.token_to_piece(t));
+    }
 }
