@@ -217,7 +217,7 @@ fn write_text(out: &mut impl Write, path: &Path, size: usize, info: &BinaryInfo)
 }
 
 enum Libs {
-    Full(qnn::Runtime),
+    Full(Box<qnn::Runtime>),
     System(qnn::SystemLibrary),
 }
 
@@ -228,10 +228,10 @@ fn run(args: &Args) -> Result<()> {
                 .with_context(|| format!("loading {}", args.system_lib.display()))?,
         )
     } else {
-        Libs::Full(
+        Libs::Full(Box::new(
             qnn::Runtime::new(Path::new(&args.backend_lib), &args.system_lib, 0)
                 .context("loading the QNN libraries")?,
-        )
+        ))
     };
     let mut docs = Vec::new();
     let stdout = std::io::stdout();
