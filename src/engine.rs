@@ -139,7 +139,17 @@ impl<'m> Engine<'m> {
         };
         self.allow_nonfinite = cfg.allow_nonfinite;
         let t0 = Instant::now();
-        self.run_prompt(ids)?;
+        if !self.run_prompt(ids)? {
+            // Cancelled inside the prompt: nothing generated.
+            stats.prefill_ms = ms(t0);
+            stats.finish();
+            return Ok(Output {
+                input_ids: ids.to_vec(),
+                output_ids: Vec::new(),
+                finish: FinishReason::Cancelled,
+                stats,
+            });
+        }
         let mut tok = self.sample_logits(0, cfg)?;
         stats.prefill_ms = ms(t0);
         stats.ttft_ms = tokenize_ms + stats.prefill_ms;
@@ -160,6 +170,9 @@ impl<'m> Engine<'m> {
             if self.pos >= m.max_ctx {
                 break FinishReason::CtxFull;
             }
+            if crate::cancel::is_requested() {
+                break FinishReason::Cancelled;
+            }
             self.decode_step(tok)?;
             tok = self.sample_logits(out.len(), cfg)?;
         };
@@ -175,7 +188,8 @@ impl<'m> Engine<'m> {
     }
 
     /// Put the prompt into the cache and leave its last hidden state in the lm-head input.
-    fn run_prompt(&mut self, ids: &[u32]) -> Result<()> {
+    /// Returns false when cancelled (see [`crate::cancel`]) between graph calls.
+    fn run_prompt(&mut self, ids: &[u32]) -> Result<bool> {
         let m = self.m;
         let mut i = 0;
         if self.pos == 0 {
@@ -188,9 +202,12 @@ impl<'m> Engine<'m> {
             }
         }
         for &t in &ids[i..] {
+            if crate::cancel::is_requested() {
+                return Ok(false);
+            }
             self.decode_step(t)?;
         }
-        Ok(())
+        Ok(!crate::cancel::is_requested())
     }
 
     /// One prefill execute over `chunk` (at most P tokens) starting at position 0.

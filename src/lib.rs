@@ -4,6 +4,7 @@
 //! KV bookkeeping, sampling and detokenization. [`model`] loads a bundle through QNN,
 //! [`engine`] runs the token loop, [`qnn`] is the safe wrapper over `qnn-sys`.
 
+pub mod cancel;
 pub mod engine;
 pub mod error;
 pub mod kv;

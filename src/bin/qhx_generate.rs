@@ -113,7 +113,25 @@ fn parse_n_tokens(s: &str) -> std::result::Result<usize, String> {
     Ok(n as usize)
 }
 
+/// Exit code after SIGINT/SIGTERM (128 + SIGINT, the shell convention).
+const EXIT_CANCELLED: u8 = 130;
+
+/// SIGINT/SIGTERM (Ctrl-C / Ctrl-Break on Windows): the first one asks the engine to stop
+/// after the current graph call; a second one exits at once.
+fn install_signal_handler() {
+    let r = ctrlc::set_handler(|| {
+        if qhx::cancel::is_requested() {
+            std::process::exit(EXIT_CANCELLED as i32);
+        }
+        qhx::cancel::request();
+    });
+    if let Err(e) = r {
+        eprintln!("qhx: warning: no SIGINT/SIGTERM handler ({e}); Ctrl-C will not stop cleanly");
+    }
+}
+
 fn main() -> ExitCode {
+    install_signal_handler();
     let args = match Args::try_parse() {
         Ok(a) => a,
         Err(e) if !e.use_stderr() => {
@@ -301,6 +319,10 @@ fn run(args: Args) -> Result<ExitCode> {
     }
     out.flush()?;
     eprintln!("{} finish={}", stats.line(), finish.as_str());
+    if finish == qhx::engine::FinishReason::Cancelled {
+        // Model (contexts, device, backend, log) is dropped on return, child-first.
+        return Ok(ExitCode::from(EXIT_CANCELLED));
+    }
     if let Some(exp) = expected {
         let got = &output.output_ids;
         let piece = |id: Option<&u32>| match id {

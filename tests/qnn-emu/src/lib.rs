@@ -16,6 +16,7 @@
 //! * `QNN_EMU_TRACE=path`: after every handle create/free, rewrite `path` with a JSON
 //!   record of live handles and the ordered create/free events.
 //! * `QNN_EMU_THREADS=n`: math threads (default: available parallelism).
+//! * `QNN_EMU_DELAY_MS=n`: every graphExecute sleeps n ms first (to land a signal mid-run).
 
 pub mod format;
 pub mod io;
