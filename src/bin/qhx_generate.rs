@@ -1,4 +1,5 @@
 //! `qhx_generate <manifest> <backend_lib> <system_lib> <artifacts_root> [n_tokens] [prompt]`
+//! (or `--tokens-in FILE` instead of a prompt)
 //!
 //! stdout carries the generated text only (or the one `--json` document); the banner,
 //! logs and the stats line go to stderr. Exit codes: 0 ok, 1 failure, 2 usage, 3 parity
@@ -35,10 +36,10 @@ struct Args {
     #[arg(default_value_t = 64, value_parser = parse_n_tokens)]
     n_tokens: usize,
     /// Prompt text (raw completion; no chat template).
-    prompt: Option<String>,
+    prompt: Option<std::ffi::OsString>,
     /// Prompt text (alternative to the positional prompt).
     #[arg(short = 'p', long = "prompt", conflicts_with = "prompt")]
-    prompt_flag: Option<String>,
+    prompt_flag: Option<std::ffi::OsString>,
     /// Print one JSON document on stdout at the end instead of streaming text.
     #[arg(long)]
     json: bool,
@@ -53,6 +54,48 @@ struct Args {
     /// `gold_ids` / `gold_ids_prefix` / `output_ids`).
     #[arg(long, value_name = "IDS|FILE")]
     expect_tokens: Option<String>,
+    /// Feed these prompt token ids instead of a text prompt (bypasses the tokenizer; no BOS
+    /// is added). The file holds ids separated by whitespace or commas, or a JSON array.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["prompt", "prompt_flag"])]
+    tokens_in: Option<PathBuf>,
+}
+
+/// Read `--tokens-in`: ids separated by whitespace/commas, or a JSON array of ids.
+fn read_tokens_in(p: &std::path::Path, vocab: usize) -> Result<Vec<u32>> {
+    let text = std::fs::read_to_string(p)
+        .with_context(|| format!("--tokens-in {}: cannot read", p.display()))?;
+    let t = text.trim();
+    let raw: Vec<String> = if t.starts_with('[') {
+        let v: Vec<serde_json::Value> = serde_json::from_str(t)
+            .with_context(|| format!("--tokens-in {}: not a JSON array", p.display()))?;
+        v.iter().map(|x| x.to_string()).collect()
+    } else {
+        t.split(|c: char| c.is_whitespace() || c == ',')
+            .filter(|w| !w.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    if raw.is_empty() {
+        bail!("--tokens-in {}: no token ids in the file", p.display());
+    }
+    raw.iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let id: u64 = w.parse().map_err(|_| {
+                anyhow::anyhow!(
+                    "--tokens-in {}: entry {i} ({w:?}) is not a token id",
+                    p.display()
+                )
+            })?;
+            if id >= vocab as u64 {
+                bail!(
+                    "--tokens-in {}: token id {id} at index {i} is outside the vocabulary (params.vocab {vocab})",
+                    p.display()
+                );
+            }
+            Ok(id as u32)
+        })
+        .collect()
 }
 
 /// Parse `--expect-tokens`: a file path or a comma-separated id list.
@@ -170,7 +213,18 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 
 fn run(args: Args) -> Result<ExitCode> {
     let prompt = match (args.prompt.clone(), args.prompt_flag.clone()) {
-        (Some(p), _) | (None, Some(p)) => p,
+        (Some(p), _) | (None, Some(p)) => match p.into_string() {
+            Ok(p) => p,
+            Err(raw) => {
+                let lossy = raw.to_string_lossy();
+                let at = lossy.find('\u{FFFD}').unwrap_or(0);
+                eprintln!(
+                    "qhx_generate: usage error: the prompt is not valid UTF-8 (first bad byte near offset {at}); pass text, or ids with --tokens-in"
+                );
+                return Ok(ExitCode::from(2));
+            }
+        },
+        (None, None) if args.tokens_in.is_some() => String::new(),
         (None, None) => {
             eprintln!(
                 "qhx_generate: error: no prompt given (positional after n_tokens, or -p TEXT)"
@@ -185,6 +239,11 @@ fn run(args: Args) -> Result<ExitCode> {
         );
     }
     let manifest = Manifest::load(&args.manifest, &args.artifacts_root)?;
+    let given_ids = args
+        .tokens_in
+        .as_deref()
+        .map(|p| read_tokens_in(p, manifest.params.vocab))
+        .transpose()?;
     let log_level = match args.verbose {
         0 => 0,
         1 => qnn_sys::log_level::INFO,
@@ -227,7 +286,10 @@ fn run(args: Args) -> Result<ExitCode> {
     }
 
     let t_tok = Instant::now();
-    let ids = model.tokenizer.encode(&prompt, m.params.bos_token_id)?;
+    let ids = match given_ids {
+        Some(v) => v,
+        None => model.tokenizer.encode(&prompt, m.params.bos_token_id)?,
+    };
     let tokenize_ms = t_tok.elapsed().as_secs_f64() * 1000.0;
     if ids.len() >= model.max_ctx {
         bail!(
