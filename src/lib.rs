@@ -6,6 +6,7 @@
 
 pub mod cancel;
 pub mod engine;
+pub mod envcheck;
 pub mod error;
 pub mod kv;
 pub mod manifest;

@@ -279,6 +279,21 @@ fn run(args: Args) -> Result<ExitCode> {
         model.max_ctx,
         io_dtype,
     );
+    let facts = qhx::envcheck::EnvFacts::gather(
+        &model.rt.backend().path,
+        &model.rt.device_facts.build_id,
+        &model.rt.backend().provider_name,
+        &model.rt.system().path,
+    );
+    let targets = qhx::envcheck::Targets {
+        bundle_dsp_arch: m.dsp_arch.clone(),
+        bundle_soc_model: m.soc_model,
+        device_dsp_arch: model.rt.device_facts.dsp_arch,
+        device_soc_model: model.rt.device_facts.soc_model,
+    };
+    for w in qhx::envcheck::warnings(&facts, &targets) {
+        eprintln!("qhx: warning: {w}");
+    }
     if args.verbose > 0 {
         for (bin, ms) in &model.context_ms {
             eprintln!("qhx: context {} loaded in {ms:.1} ms", bin.display());
