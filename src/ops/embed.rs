@@ -19,7 +19,10 @@ impl EmbedTable {
     pub fn open(path: &Path, dtype: EmbedDtype, vocab: usize, hidden: usize) -> Result<Self> {
         let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
         let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
-        let want = (vocab * hidden * dtype.size()) as u64;
+        let want = vocab
+            .checked_mul(hidden)
+            .and_then(|n| n.checked_mul(dtype.size()))
+            .map_or(u64::MAX, |n| n as u64);
         if len != want {
             return Err(Error::File {
                 path: path.to_path_buf(),
