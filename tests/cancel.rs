@@ -97,3 +97,57 @@ fn sigint_mid_decode_stops_cleanly() {
 fn sigterm_mid_decode_stops_cleanly() {
     run_and_signal("TERM", "cancel-term");
 }
+
+#[test]
+fn sigint_during_the_prompt_stops_before_any_token() {
+    use std::io::BufRead;
+    // No prefill graph: the prompt runs through decode steps, 20 ms each.
+    let spec = SynthSpec {
+        prefill: None,
+        ctx: 256,
+        ..SynthSpec::default()
+    };
+    let (dir, m) = bundle("cancel-prompt", &spec);
+    let trace = dir.join("trace.json");
+    let lib = emu();
+    let mut child = Command::new(bin())
+        .arg(&m)
+        .arg(&lib)
+        .arg(&lib)
+        .arg(&dir)
+        .arg("8")
+        .arg("a long prompt ".repeat(12))
+        .env("QNN_EMU_DELAY_MS", "20")
+        .env("QNN_EMU_TRACE", &trace)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    // The banner is printed after loading, just before the prompt runs.
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut banner = String::new();
+    err.read_line(&mut banner).unwrap();
+    assert!(banner.starts_with("qhx "), "{banner}");
+    std::thread::sleep(Duration::from_millis(200));
+    let st = Command::new("kill")
+        .arg("-INT")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    let mut out = Vec::new();
+    child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{rest}");
+    assert!(out.iter().all(|b| b.is_ascii_whitespace()), "{out:?}");
+    assert!(
+        rest.contains("generated=0") && rest.trim_end().ends_with("finish=cancelled"),
+        "{rest}"
+    );
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    for (k, v) in t["live"].as_object().unwrap() {
+        assert_eq!(v, 0, "{k} handles left live: {t}");
+    }
+}
