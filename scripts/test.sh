@@ -28,7 +28,8 @@ echo "== cargo test (release)" >&2
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 crc=0
-cargo test --release --workspace --no-fail-fast 2>&1 | tee "$log" || crc=$?
+# The catalogue prints its case count (--show-output keeps passing tests' stdout).
+cargo test --release --workspace --no-fail-fast -- --show-output 2>&1 | tee "$log" || crc=$?
 sum() { grep -E '^test result:' "$log" | sed -E "s/.* ([0-9]+) $1.*/\1/" | awk '{s+=$1} END {print s+0}'; }
 passed=$(sum passed)
 failed=$(sum failed)
@@ -44,5 +45,11 @@ if [[ -z "$passed" || "$passed" -eq 0 || "$ppassed" -eq 0 ]]; then
     echo "test.sh: no tests ran" >&2
     exit 1
 fi
+catalogue=$(grep -E '^bad-input catalogue:' "$log" || true)
+if [[ -z "$catalogue" ]]; then
+    echo "test.sh: the bad-input catalogue did not report its case count" >&2
+    exit 1
+fi
+echo "$catalogue"
 echo "$((passed + ppassed)) passed, $((failed + pfailed)) failed"
 [[ $crc -eq 0 && $prc -eq 0 ]]

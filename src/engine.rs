@@ -241,7 +241,17 @@ impl<'m> Engine<'m> {
         }
         self.history.extend_from_slice(ids);
         let t0 = Instant::now();
-        self.run_prompt(ids)?;
+        if !self.run_prompt(ids)? {
+            // Cancelled inside the prompt: nothing generated.
+            stats.prefill_ms = ms(t0);
+            stats.finish();
+            return Ok(Output {
+                input_ids: ids.to_vec(),
+                output_ids: Vec::new(),
+                finish: FinishReason::Cancelled,
+                stats,
+            });
+        }
         let mut tok = self.sample_logits(0, cfg)?;
         stats.prefill_ms = ms(t0);
         stats.ttft_ms = tokenize_ms + stats.prefill_ms;
@@ -262,6 +272,9 @@ impl<'m> Engine<'m> {
             if self.pos >= m.max_ctx {
                 break FinishReason::CtxFull;
             }
+            if crate::cancel::is_requested() {
+                break FinishReason::Cancelled;
+            }
             self.decode_step(tok)?;
             tok = self.sample_logits(out.len(), cfg)?;
             if let Some(p) = &mut self.profile {
@@ -280,11 +293,12 @@ impl<'m> Engine<'m> {
     }
 
     /// Put the prompt into the cache and leave its last hidden state in the lm-head input.
+    /// Returns false when cancelled (see [`crate::cancel`]) between graph calls.
     ///
     /// A prefill graph without past inputs takes the first P tokens of an empty cache; one
     /// with past inputs (chunked prefill) takes the prompt in chunks of up to P from any
     /// position. Whatever is left goes through the decode graph token by token.
-    fn run_prompt(&mut self, ids: &[u32]) -> Result<()> {
+    fn run_prompt(&mut self, ids: &[u32]) -> Result<bool> {
         let m = self.m;
         let mut i = 0;
         if let Some((g, io)) = &m.prefill {
@@ -297,6 +311,9 @@ impl<'m> Engine<'m> {
             } else {
                 // A chunk may only run while all its P rows fit in the cache.
                 while i < ids.len() && self.pos + io.rows <= io.ctx {
+                    if crate::cancel::is_requested() {
+                        return Ok(false);
+                    }
                     let c = (ids.len() - i).min(io.rows);
                     self.prefill_chunk(&ids[i..i + c], io, g)?;
                     i += c;
@@ -304,9 +321,12 @@ impl<'m> Engine<'m> {
             }
         }
         for &t in &ids[i..] {
+            if crate::cancel::is_requested() {
+                return Ok(false);
+            }
             self.decode_step(t)?;
         }
-        Ok(())
+        Ok(!crate::cancel::is_requested())
     }
 
     /// One prefill execute over `chunk` (at most P tokens) at position `self.pos`.

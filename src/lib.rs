@@ -4,9 +4,11 @@
 //! KV bookkeeping, sampling and detokenization. [`model`] loads a bundle through QNN,
 //! [`engine`] runs the token loop, [`qnn`] is the safe wrapper over `qnn-sys`.
 
+pub mod cancel;
 pub mod chat;
 pub mod cli;
 pub mod engine;
+pub mod envcheck;
 pub mod error;
 pub mod interactive;
 pub mod kv;

@@ -5,13 +5,14 @@ mod common;
 
 use common::*;
 use qnn_emu::writer::SynthSpec;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 struct Case {
     name: &'static str,
     /// Positional args after the program: manifest, backend, system, root, n, prompt.
-    args: Vec<String>,
+    args: Vec<OsString>,
     env: Vec<(&'static str, String)>,
     code: i32,
     needles: Vec<&'static str>,
@@ -34,16 +35,20 @@ fn fresh(tag: &str) -> (PathBuf, PathBuf) {
     bundle(&format!("bad-{n:02}-{tag}"), &SynthSpec::default())
 }
 
-fn std_args(m: &Path, root: &Path, n: &str, prompt: &str) -> Vec<String> {
+fn std_args(m: &Path, root: &Path, n: &str, prompt: &str) -> Vec<OsString> {
     let lib = emu().display().to_string();
-    vec![
+    os(vec![
         m.display().to_string(),
         lib.clone(),
         lib,
         root.display().to_string(),
         n.into(),
         prompt.into(),
-    ]
+    ])
+}
+
+fn os(v: Vec<String>) -> Vec<OsString> {
+    v.into_iter().map(OsString::from).collect()
 }
 
 fn manifest_case(
@@ -78,14 +83,14 @@ fn cases() -> Vec<Case> {
     let (d, m) = fresh("libpath");
     v.push(Case {
         name: "backend library path does not exist",
-        args: vec![
+        args: os(vec![
             m.display().to_string(),
             "/nonexistent/libQnnHtp.so".into(),
             lib.clone(),
             d.display().to_string(),
             "4".into(),
             "hi".into(),
-        ],
+        ]),
         env: vec![],
         code: 1,
         needles: vec!["/nonexistent/libQnnHtp.so"],
@@ -93,14 +98,14 @@ fn cases() -> Vec<Case> {
     let (d, m) = fresh("syspath");
     v.push(Case {
         name: "system library path does not exist",
-        args: vec![
+        args: os(vec![
             m.display().to_string(),
             lib.clone(),
             "/nonexistent/libQnnSystem.so".into(),
             d.display().to_string(),
             "4".into(),
             "hi".into(),
-        ],
+        ]),
         env: vec![],
         code: 1,
         needles: vec!["/nonexistent/libQnnSystem.so"],
@@ -108,14 +113,14 @@ fn cases() -> Vec<Case> {
     let (d, m) = fresh("notlib");
     v.push(Case {
         name: "backend path is not a library",
-        args: vec![
+        args: os(vec![
             m.display().to_string(),
             m.display().to_string(),
             lib.clone(),
             d.display().to_string(),
             "4".into(),
             "hi".into(),
-        ],
+        ]),
         env: vec![],
         code: 1,
         needles: vec!["tiny.json"],
@@ -131,14 +136,14 @@ fn cases() -> Vec<Case> {
     .unwrap_or("/lib/x86_64-linux-gnu/libm.so.6");
     v.push(Case {
         name: "library without the QNN symbol",
-        args: vec![
+        args: os(vec![
             m.display().to_string(),
             libc.into(),
             lib.clone(),
             d.display().to_string(),
             "4".into(),
             "hi".into(),
-        ],
+        ]),
         env: vec![],
         code: 1,
         needles: vec!["QnnInterface_getProviders", "libm"],
@@ -436,6 +441,187 @@ fn cases() -> Vec<Case> {
         env: vec![("QNN_EMU_NAN", "lmhead@5".into())],
         code: 1,
         needles: vec!["step 5", "tiny_lmhead", "non-finite"],
+    });
+
+    // --- tokenizer vs embedding table ---
+    let (d, m) = fresh("bigtok");
+    edit_json(&d.join("tokenizer.json"), |j| {
+        let added = j["added_tokens"].as_array_mut().unwrap();
+        for id in 258..262 {
+            added.push(
+                serde_json::json!({"id": id, "content": format!("<extra{id}>"),
+                "single_word": false, "lstrip": false, "rstrip": false,
+                "normalized": false, "special": true}),
+            );
+        }
+    });
+    v.push(Case {
+        name: "tokenizer vocab larger than the embed table",
+        args: std_args(&m, &d, "4", "hi"),
+        env: vec![],
+        code: 1,
+        needles: vec!["tokenizer.json", "262 tokens", "params.vocab"],
+    });
+
+    // --- --tokens-in ---
+    for (tag, content, needles) in [
+        (
+            "tokrange",
+            "1 2 258",
+            vec!["tokens.txt", "258", "index 2", "vocab"],
+        ),
+        (
+            "tokhuge",
+            "[5, 99999999999]",
+            vec!["tokens.txt", "99999999999"],
+        ),
+        ("tokword", "1, two, 3", vec!["tokens.txt", "\"two\""]),
+        ("tokneg", "[1, -4]", vec!["tokens.txt", "-4"]),
+        ("tokempty", "  \n", vec!["tokens.txt", "no token ids"]),
+        ("tokjson", "[1, 2", vec!["tokens.txt", "JSON"]),
+    ] {
+        let (d, m) = fresh(tag);
+        let f = d.join("tokens.txt");
+        std::fs::write(&f, content).unwrap();
+        let mut a = std_args(&m, &d, "4", "");
+        a.pop();
+        a.push("--tokens-in".into());
+        a.push(f.into());
+        v.push(Case {
+            name: "bad --tokens-in file",
+            args: a,
+            env: vec![],
+            code: 1,
+            needles,
+        });
+    }
+    let (d, m) = fresh("tokmissing");
+    let mut a = std_args(&m, &d, "4", "");
+    a.pop();
+    a.push("--tokens-in".into());
+    a.push(d.join("absent-ids.txt").into());
+    v.push(Case {
+        name: "missing --tokens-in file",
+        args: a,
+        env: vec![],
+        code: 1,
+        needles: vec!["absent-ids.txt"],
+    });
+    let (d, m) = fresh("tokandprompt");
+    let f = d.join("ids.txt");
+    std::fs::write(&f, "1 2").unwrap();
+    let mut a = std_args(&m, &d, "4", "hi");
+    a.push("--tokens-in".into());
+    a.push(f.into());
+    v.push(Case {
+        name: "--tokens-in together with a prompt",
+        args: a,
+        env: vec![],
+        code: 2,
+        needles: vec!["--tokens-in"],
+    });
+
+    // --- non-UTF-8 prompt bytes (positional and -p) ---
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStringExt;
+        let (d, m) = fresh("nonutf8");
+        let mut a = std_args(&m, &d, "4", "");
+        a.pop();
+        a.push(OsString::from_vec(b"caf\xe9 \xff\xfe".to_vec()));
+        v.push(Case {
+            name: "non-UTF-8 prompt bytes",
+            args: a,
+            env: vec![],
+            code: 2,
+            needles: vec!["prompt", "UTF-8", "offset 3"],
+        });
+        let (d, m) = fresh("nonutf8flag");
+        let mut a = std_args(&m, &d, "4", "");
+        a.pop();
+        a.push("-p".into());
+        a.push(OsString::from_vec(vec![0x80, b'a']));
+        v.push(Case {
+            name: "non-UTF-8 -p prompt",
+            args: a,
+            env: vec![],
+            code: 2,
+            needles: vec!["prompt", "UTF-8"],
+        });
+    }
+
+    // --- binaries that disagree with the manifest ---
+    let (d, m) = fresh("bindims");
+    let (other, _) = bundle(
+        "bad-bindims-src",
+        &SynthSpec {
+            head_dim: 16,
+            ..SynthSpec::default()
+        },
+    );
+    std::fs::copy(other.join("tiny_decode.bin"), d.join("tiny_decode.bin")).unwrap();
+    v.push(Case {
+        name: "binary tensor dims disagree with the manifest",
+        args: std_args(&m, &d, "4", "hi"),
+        env: vec![],
+        code: 1,
+        needles: vec!["tiny_decode", "head_dim=8"],
+    });
+    let (d, m) = fresh("bindtype");
+    let (other, _) = bundle(
+        "bad-bindtype-src",
+        &SynthSpec {
+            io: "bf16".into(),
+            ..SynthSpec::default()
+        },
+    );
+    std::fs::copy(other.join("tiny_decode.bin"), d.join("tiny_decode.bin")).unwrap();
+    v.push(Case {
+        name: "binary with an unsupported I/O dtype",
+        args: std_args(&m, &d, "4", "hi"),
+        env: vec![],
+        code: 1,
+        needles: vec!["tiny_decode", "BFLOAT_16", "cannot read or write"],
+    });
+
+    // --- more files and paths ---
+    let (d, _m) = fresh("manifestdir");
+    v.push(Case {
+        name: "manifest path is a directory",
+        args: std_args(&d, &d, "4", "hi"),
+        env: vec![],
+        code: 1,
+        needles: vec!["manifestdir"],
+    });
+    let (d, m) = fresh("shortembed");
+    let e = d.join("tiny_embed_f32.bin");
+    let bytes = std::fs::read(&e).unwrap();
+    std::fs::write(&e, &bytes[..bytes.len() - 4]).unwrap();
+    v.push(Case {
+        name: "truncated embedding table",
+        args: std_args(&m, &d, "4", "hi"),
+        env: vec![],
+        code: 1,
+        needles: vec!["tiny_embed_f32.bin"],
+    });
+    let (d, m) = fresh("badexpect");
+    let mut a = std_args(&m, &d, "4", "hi");
+    a.push("--expect-tokens".into());
+    a.push("1,x,3".into());
+    v.push(Case {
+        name: "bad --expect-tokens list",
+        args: a,
+        env: vec![],
+        code: 1,
+        needles: vec!["--expect-tokens", "1,x,3"],
+    });
+    let (d, m) = fresh("fdevice");
+    v.push(Case {
+        name: "injected deviceCreate failure",
+        args: std_args(&m, &d, "4", "hi"),
+        env: vec![("QNN_EMU_FAIL", "deviceCreate=14002".into())],
+        code: 1,
+        needles: vec!["14002", "device"],
     });
     v
 }

@@ -1,4 +1,5 @@
 //! `qhx_generate <manifest> <backend_lib> <system_lib> <artifacts_root> [n_tokens] [prompt]`
+//! (or `--tokens-in FILE` instead of a prompt)
 //!
 //! stdout carries the generated text only (or the one `--json` document); the banner,
 //! logs and the stats line go to stderr. Exit codes: 0 ok, 1 failure, 2 usage, 3 parity
@@ -32,14 +33,14 @@ struct Args {
     system_lib: PathBuf,
     /// Directory the manifest's artifact names resolve against. (The public clone's order
     /// MANIFEST HTP SYSTEM PROMPT [N] is understood too when this is not a directory.)
-    artifacts_root: String,
+    artifacts_root: std::ffi::OsString,
     /// Number of tokens to generate [default: 64].
     n_tokens: Option<String>,
     /// Prompt text (raw completion; no chat template).
-    prompt: Option<String>,
+    prompt: Option<std::ffi::OsString>,
     /// Prompt text (alternative to the positional prompt).
     #[arg(short = 'p', long = "prompt")]
-    prompt_flag: Option<String>,
+    prompt_flag: Option<std::ffi::OsString>,
     /// Print one JSON document on stdout at the end instead of streaming text.
     #[arg(long)]
     json: bool,
@@ -115,6 +116,10 @@ struct Args {
     /// -i: rewrite this JSON file ({"messages", "ids"}) after every turn.
     #[arg(long, value_name = "FILE")]
     transcript: Option<PathBuf>,
+    /// Feed these prompt token ids instead of a text prompt (bypasses the tokenizer; no BOS
+    /// is added). The file holds ids separated by whitespace or commas, or a JSON array.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["prompt", "prompt_flag"])]
+    tokens_in: Option<PathBuf>,
 }
 
 fn parse_perf(s: &str) -> std::result::Result<PerfMode, String> {
@@ -127,6 +132,44 @@ fn parse_perf(s: &str) -> std::result::Result<PerfMode, String> {
 /// short flags, so it is mapped to `--system`.
 fn map_legacy_args(args: impl Iterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
     args.map(|a| if a == "-sys" { "--system".into() } else { a })
+        .collect()
+}
+
+/// Read `--tokens-in`: ids separated by whitespace/commas, or a JSON array of ids.
+fn read_tokens_in(p: &std::path::Path, vocab: usize) -> Result<Vec<u32>> {
+    let text = std::fs::read_to_string(p)
+        .with_context(|| format!("--tokens-in {}: cannot read", p.display()))?;
+    let t = text.trim();
+    let raw: Vec<String> = if t.starts_with('[') {
+        let v: Vec<serde_json::Value> = serde_json::from_str(t)
+            .with_context(|| format!("--tokens-in {}: not a JSON array", p.display()))?;
+        v.iter().map(|x| x.to_string()).collect()
+    } else {
+        t.split(|c: char| c.is_whitespace() || c == ',')
+            .filter(|w| !w.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    if raw.is_empty() {
+        bail!("--tokens-in {}: no token ids in the file", p.display());
+    }
+    raw.iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let id: u64 = w.parse().map_err(|_| {
+                anyhow::anyhow!(
+                    "--tokens-in {}: entry {i} ({w:?}) is not a token id",
+                    p.display()
+                )
+            })?;
+            if id >= vocab as u64 {
+                bail!(
+                    "--tokens-in {}: token id {id} at index {i} is outside the vocabulary (params.vocab {vocab})",
+                    p.display()
+                );
+            }
+            Ok(id as u32)
+        })
         .collect()
 }
 
@@ -188,7 +231,25 @@ fn parse_n_tokens(s: &str) -> std::result::Result<usize, String> {
     Ok(n as usize)
 }
 
+/// Exit code after SIGINT/SIGTERM (128 + SIGINT, the shell convention).
+const EXIT_CANCELLED: u8 = 130;
+
+/// SIGINT/SIGTERM (Ctrl-C / Ctrl-Break on Windows): the first one asks the engine to stop
+/// after the current graph call; a second one exits at once.
+fn install_signal_handler() {
+    let r = ctrlc::set_handler(|| {
+        if qhx::cancel::is_requested() {
+            std::process::exit(EXIT_CANCELLED as i32);
+        }
+        qhx::cancel::request();
+    });
+    if let Err(e) = r {
+        eprintln!("qhx: warning: no SIGINT/SIGTERM handler ({e}); Ctrl-C will not stop cleanly");
+    }
+}
+
 fn main() -> ExitCode {
+    install_signal_handler();
     // `-r` is llama-cli's stop string, but llama-bench's repetition count: with --bench it
     // means the latter.
     let mut argv = map_legacy_args(std::env::args_os());
@@ -239,7 +300,18 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 struct Positional {
     root: PathBuf,
     n_tokens: usize,
-    prompt: Option<String>,
+    prompt: Option<std::ffi::OsString>,
+}
+
+/// The prompt as text; non-UTF-8 bytes are a usage error that points at them.
+fn utf8_prompt(p: std::ffi::OsString) -> std::result::Result<String, ExitCode> {
+    p.into_string().map_err(|raw| {
+        let lossy = raw.to_string_lossy();
+        let at = lossy.find('\u{FFFD}').unwrap_or(0);
+        usage(format!(
+            "the prompt is not valid UTF-8 (first bad byte near offset {at}); pass text, or ids with --tokens-in"
+        ))
+    })
 }
 
 fn usage(msg: impl std::fmt::Display) -> ExitCode {
@@ -299,9 +371,16 @@ fn run(args: Args) -> Result<ExitCode> {
                 "give the prompt either positionally or with -p, not both",
             ))
         }
-        (Some(p), None, _) | (None, Some(p), _) => p,
+        (Some(p), None, _) | (None, Some(p), _) => match utf8_prompt(p) {
+            Ok(p) => p,
+            Err(code) => return Ok(code),
+        },
         (None, None, Some(f)) => read_prompt_file(f)?,
-        (None, None, None) if args.interactive || args.messages.is_some() => String::new(),
+        (None, None, None)
+            if args.tokens_in.is_some() || args.interactive || args.messages.is_some() =>
+        {
+            String::new()
+        }
         (None, None, None) => {
             return Ok(usage(
                 "no prompt given (positional after n_tokens, -p TEXT or -f FILE)",
@@ -317,6 +396,11 @@ fn run(args: Args) -> Result<ExitCode> {
     }
     let requested = pos.n_tokens;
     let manifest = Manifest::load(&args.manifest, &pos.root)?;
+    let given_ids = args
+        .tokens_in
+        .as_deref()
+        .map(|p| read_tokens_in(p, manifest.params.vocab))
+        .transpose()?;
     let log_level = match args.verbose {
         0 => 0,
         1 => qnn_sys::log_level::INFO,
@@ -365,6 +449,21 @@ fn run(args: Args) -> Result<ExitCode> {
         model.max_ctx,
         io_dtype,
     );
+    let facts = qhx::envcheck::EnvFacts::gather(
+        &model.rt.backend().path,
+        &model.rt.device_facts.build_id,
+        &model.rt.backend().provider_name,
+        &model.rt.system().path,
+    );
+    let targets = qhx::envcheck::Targets {
+        bundle_dsp_arch: m.dsp_arch.clone(),
+        bundle_soc_model: m.soc_model,
+        device_dsp_arch: model.rt.device_facts.dsp_arch,
+        device_soc_model: model.rt.device_facts.soc_model,
+    };
+    for w in qhx::envcheck::warnings(&facts, &targets) {
+        eprintln!("qhx: warning: {w}");
+    }
     let mut engine = Engine::new(&model).context("binding graph I/O")?;
     let io_mode = if engine.zero_copy() {
         format!(
@@ -445,8 +544,9 @@ fn run(args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let t_tok = Instant::now();
-    let ids = match &template {
-        Some(t) => {
+    let ids = match (given_ids, &template) {
+        (Some(v), _) => v,
+        (None, Some(t)) => {
             let mut msgs = match &args.messages {
                 Some(f) => qhx::chat::load_messages(f)?,
                 None => Vec::new(),
@@ -461,7 +561,7 @@ fn run(args: Args) -> Result<ExitCode> {
             }
             t.encode(&model.tokenizer, &msgs, true)?
         }
-        None => model.tokenizer.encode(&prompt, m.params.bos_token_id)?,
+        (None, None) => model.tokenizer.encode(&prompt, m.params.bos_token_id)?,
     };
     let tokenize_ms = t_tok.elapsed().as_secs_f64() * 1000.0;
     if args.verbose_prompt {
@@ -590,6 +690,10 @@ fn run(args: Args) -> Result<ExitCode> {
     }
     out.flush()?;
     eprintln!("{} finish={}", stats.line(), finish.as_str());
+    if finish == qhx::engine::FinishReason::Cancelled {
+        // Model (contexts, device, backend, log) is dropped on return, child-first.
+        return Ok(ExitCode::from(EXIT_CANCELLED));
+    }
     if let Some(exp) = expected {
         let got = &output.output_ids;
         let piece = |id: Option<&u32>| match id {

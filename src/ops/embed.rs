@@ -20,7 +20,16 @@ impl EmbedTable {
     pub fn open(path: &Path, dtype: EmbedDtype, vocab: usize, hidden: usize) -> Result<Self> {
         let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
         let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
-        let want = (vocab * hidden * dtype.size()) as u64;
+        let Some(want) = vocab
+            .checked_mul(hidden)
+            .and_then(|n| n.checked_mul(dtype.size()))
+            .map(|n| n as u64)
+        else {
+            return Err(Error::File {
+                path: path.to_path_buf(),
+                msg: format!("vocab {vocab} x hidden {hidden} overflows the address space"),
+            });
+        };
         if len != want {
             return Err(Error::File {
                 path: path.to_path_buf(),
@@ -107,5 +116,22 @@ impl EmbedTable {
                 .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                 .collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overflowing_shape_is_an_error_not_a_panic() {
+        let p = std::env::temp_dir().join(format!("qhx-embed-ovf-{}", std::process::id()));
+        std::fs::write(&p, [0u8; 8]).unwrap();
+        let e = EmbedTable::open(&p, EmbedDtype::F32, usize::MAX / 2, 3)
+            .err()
+            .expect("must fail")
+            .to_string();
+        assert!(e.contains("overflows"), "{e}");
+        let _ = std::fs::remove_file(&p);
     }
 }

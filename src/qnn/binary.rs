@@ -175,7 +175,17 @@ unsafe fn copy_tensors(
 
 /// Read graph names and I/O descriptors of a context binary with the system library.
 pub fn read_binary_info(rt: &Runtime, bytes: &[u8], bin: &Path) -> Result<BinaryInfo> {
-    let t = &rt.system().table;
+    read_binary_info_with(rt.system(), bytes, bin)
+}
+
+/// [`read_binary_info`] with the system library alone (no backend, device or log), e.g. to
+/// inspect a bundle on a host that has only libQnnSystem.
+pub fn read_binary_info_with(
+    sys_lib: &SystemLibrary,
+    bytes: &[u8],
+    bin: &Path,
+) -> Result<BinaryInfo> {
+    let t = &sys_lib.table;
     let step = || format!("reading binary info of {}", bin.display());
     let (Some(create), Some(free)) = (t.system_context_create, t.system_context_free) else {
         return Err(Error::MissingEntry {

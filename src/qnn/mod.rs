@@ -12,11 +12,12 @@ mod perf;
 mod rpcmem;
 mod runtime;
 
-pub use binary::{read_binary_info, BinaryInfo, GraphDesc, TensorDesc};
+pub use binary::{read_binary_info, read_binary_info_with, BinaryInfo, GraphDesc, TensorDesc};
 pub use buffer::{dtype_supported as buffer_dtype_supported, Binding, HostBuf, PairedBindings};
 pub use context::{Context, Graph};
 pub use log::{last_error_line, set_verbosity};
 pub use perf::PerfMode;
+pub use qnn_sys::SystemLibrary;
 pub use runtime::{DeviceFacts, Runtime};
 
 use crate::error::{Error, Result};

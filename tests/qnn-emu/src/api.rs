@@ -337,6 +337,10 @@ unsafe extern "C" fn graph_retrieve(
         Some(g) => {
             // SAFETY: checked non-null. The graph lives in a Box owned by the context.
             unsafe { *out = &**g as *const EmuGraph as QnnGraphHandle };
+            log(
+                log_level::VERBOSE,
+                &format!("qnn-emu: graph {name} retrieved"),
+            );
             0
         }
         None => {

@@ -251,6 +251,9 @@ pub unsafe extern "C" fn graph_execute(
     let Some(g) = find_graph(graph as usize) else {
         return E_GRAPH_INVALID_HANDLE;
     };
+    if knobs::get().delay_ms > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(knobs::get().delay_ms));
+    }
     if let Some(code) = knobs::injected_failure("graphExecute") {
         log(
             log_level::ERROR,

@@ -213,6 +213,9 @@ pub fn dtype_from_name(s: &str) -> Option<u32> {
         "sfixed16" => SFIXED_POINT_16,
         "sfixed8" => SFIXED_POINT_8,
         "int32" => INT_32,
+        // Valid QNN types the host has no conversion for (bad-input tests).
+        "bf16" => BFLOAT_16,
+        "f64" => FLOAT_64,
         _ => return None,
     })
 }

@@ -19,6 +19,8 @@ pub struct Knobs {
     /// across runs, for choosing fixed-point scales.
     pub calibrate: Option<String>,
     pub threads: usize,
+    /// Milliseconds each graphExecute sleeps first (QNN_EMU_DELAY_MS), to land signals.
+    pub delay_ms: u64,
 }
 
 fn parse_version(s: &str) -> Option<QnnVersion> {
@@ -88,6 +90,9 @@ pub fn get() -> &'static Knobs {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
                 .max(1),
+            delay_ms: env("QNN_EMU_DELAY_MS")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
         }
     })
 }

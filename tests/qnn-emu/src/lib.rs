@@ -22,6 +22,7 @@
 //! * `QNN_EMU_THREADS=n`: math threads (default: available parallelism).
 //! * `QNN_EMU_CALIBRATE=path`: accumulate min/max of hidden states and K/V per layer (f32
 //!   runs) into `path`, for choosing fixed-point I/O scales.
+//! * `QNN_EMU_DELAY_MS=n`: every graphExecute sleeps n ms first (to land a signal mid-run).
 
 pub mod format;
 pub mod io;

@@ -1,0 +1,270 @@
+//! `qhx_inspect <backend_lib|-> <system_lib> <context.bin>...`
+//!
+//! Lists every graph of each context binary with its inputs and outputs (name, role guess,
+//! dtype, quantization, dims, bytes), read through libQnnSystem. With `-` as the backend
+//! only the system library is loaded, so this runs on a host with the SDK's x86_64
+//! libQnnSystem to help write a manifest. `--json` prints one JSON document on stdout.
+//! Exit codes: 0 ok, 1 failure (one line on stderr), 2 usage.
+
+use anyhow::{Context as _, Result};
+use clap::Parser;
+use qhx::qnn::{self, BinaryInfo, GraphDesc, TensorDesc};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "qhx_inspect",
+    version,
+    about = "List the graphs and I/O tensors of QNN context binaries (needs only libQnnSystem)",
+    after_help = "Argument order: <libQnnHtp.so|-> <libQnnSystem.so> <context.bin>..."
+)]
+struct Args {
+    /// QNN backend library, or `-` to load only the system library.
+    backend_lib: String,
+    /// QNN system library (libQnnSystem.so / QnnSystem.dll).
+    system_lib: PathBuf,
+    /// Context binaries to inspect.
+    #[arg(required = true)]
+    bins: Vec<PathBuf>,
+    /// Print one JSON document on stdout instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("qhx_inspect: usage error: {first} (see qhx_inspect --help)");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            let msg = format!("{e:#}").replace('\n', " ");
+            eprintln!("qhx_inspect: error: {msg}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// What a tensor is probably for, from its name, side and shape (the LFM2 contract names
+/// first, then common export names).
+fn role_guess(t: &TensorDesc, input: bool, graph_has_past: bool) -> &'static str {
+    let n = t.name.to_lowercase();
+    let ends = |s: &str| n == s || n.ends_with(&format!("_{s}")) || n.ends_with(&format!("/{s}"));
+    if n.starts_with("past_k") || n.contains("past_key") {
+        return "past K cache";
+    }
+    if n.starts_with("past_v") || n.contains("past_value") {
+        return "past V cache";
+    }
+    if n.starts_with("new_k") || n.contains("present_key") || n.contains("key_out") {
+        return "new K rows";
+    }
+    if n.starts_with("new_v") || n.contains("present_value") || n.contains("value_out") {
+        return "new V rows";
+    }
+    if n.contains("cos") {
+        return "RoPE cos";
+    }
+    if n.contains("sin") {
+        return "RoPE sin";
+    }
+    if n.contains("mask") {
+        return "attention mask";
+    }
+    if n.contains("logit") {
+        return "logits";
+    }
+    if n.contains("input_ids") || n.contains("token") {
+        return "token ids";
+    }
+    if n.contains("position") || n.contains("pos_id") {
+        return "position ids";
+    }
+    if input && (ends("x") || n.contains("hidden") || n.contains("embed")) {
+        return "hidden state in";
+    }
+    if !input && (ends("y") || n.contains("hidden")) {
+        return if graph_has_past {
+            "hidden state out"
+        } else {
+            "hidden state out / logits"
+        };
+    }
+    "unknown"
+}
+
+/// What the graph is probably for.
+fn graph_role(g: &GraphDesc) -> &'static str {
+    let has_past = g.inputs.iter().any(|t| t.name.starts_with("past_"));
+    let rows = g
+        .inputs
+        .iter()
+        .find(|t| t.name == "x")
+        .and_then(|t| t.dims.first().copied());
+    let n = g.name.to_lowercase();
+    if has_past {
+        "decode"
+    } else if g.inputs.len() == 1 && g.outputs.len() == 1 {
+        "lm-head"
+    } else if rows.is_some_and(|r| r > 1) || n.contains("prefill") {
+        "prefill"
+    } else {
+        "unknown"
+    }
+}
+
+fn quant_json(t: &TensorDesc) -> Value {
+    match t.quant {
+        Some(q) => json!({"scale": q.scale, "offset": q.offset}),
+        None => Value::Null,
+    }
+}
+
+fn tensor_json(t: &TensorDesc, input: bool, has_past: bool) -> Value {
+    json!({
+        "name": t.name,
+        "id": t.id,
+        "role": role_guess(t, input, has_past),
+        "dtype": qnn_sys::dtype::name(t.dtype),
+        "quant": quant_json(t),
+        "dims": t.dims,
+        "bytes": t.bytes(),
+    })
+}
+
+fn info_json(path: &Path, size: usize, info: &BinaryInfo) -> Value {
+    json!({
+        "file": path.display().to_string(),
+        "file_bytes": size,
+        "build_id": info.build_id,
+        "core_api": info.core_api.to_string(),
+        "soc_model": info.soc_model,
+        "graphs": info.graphs.iter().map(|g| {
+            let past = g.inputs.iter().any(|t| t.name.starts_with("past_"));
+            json!({
+                "name": g.name,
+                "role": graph_role(g),
+                "inputs": g.inputs.iter().map(|t| tensor_json(t, true, past)).collect::<Vec<_>>(),
+                "outputs": g.outputs.iter().map(|t| tensor_json(t, false, past)).collect::<Vec<_>>(),
+            })
+        }).collect::<Vec<_>>(),
+    })
+}
+
+fn write_text(out: &mut impl Write, path: &Path, size: usize, info: &BinaryInfo) -> Result<()> {
+    writeln!(
+        out,
+        "{} ({size} bytes): {} graph(s), build {:?}, core API {}{}",
+        path.display(),
+        info.graphs.len(),
+        info.build_id,
+        info.core_api,
+        info.soc_model
+            .map(|s| format!(", soc_model {s}"))
+            .unwrap_or_default()
+    )?;
+    for g in &info.graphs {
+        let past = g.inputs.iter().any(|t| t.name.starts_with("past_"));
+        writeln!(
+            out,
+            "  graph {} (role guess: {}): {} inputs, {} outputs",
+            g.name,
+            graph_role(g),
+            g.inputs.len(),
+            g.outputs.len()
+        )?;
+        for (side, list) in [("in ", &g.inputs), ("out", &g.outputs)] {
+            for t in list.iter() {
+                let q = t
+                    .quant
+                    .map(|q| format!(" scale={} offset={}", q.scale, q.offset))
+                    .unwrap_or_default();
+                writeln!(
+                    out,
+                    "    {side} {:<16} {:<18} {:<16} {:?} {} bytes{q}",
+                    t.name,
+                    role_guess(t, side == "in ", past),
+                    qnn_sys::dtype::name(t.dtype),
+                    t.dims,
+                    t.bytes()
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+enum Libs {
+    Full(Box<qnn::Runtime>),
+    System(qnn::SystemLibrary),
+}
+
+fn run(args: &Args) -> Result<()> {
+    let libs = if args.backend_lib == "-" {
+        Libs::System(
+            qnn::SystemLibrary::load(&args.system_lib)
+                .with_context(|| format!("loading {}", args.system_lib.display()))?,
+        )
+    } else {
+        Libs::Full(Box::new(
+            qnn::Runtime::new(Path::new(&args.backend_lib), &args.system_lib, 0)
+                .context("loading the QNN libraries")?,
+        ))
+    };
+    let mut docs = Vec::new();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    for bin in &args.bins {
+        let bytes = std::fs::read(bin).with_context(|| format!("reading {}", bin.display()))?;
+        if bytes.is_empty() {
+            anyhow::bail!("{}: the file is empty", bin.display());
+        }
+        let info = match &libs {
+            Libs::Full(rt) => qnn::read_binary_info(rt, &bytes, bin)?,
+            Libs::System(sys) => qnn::read_binary_info_with(sys, &bytes, bin)?,
+        };
+        if args.json {
+            docs.push(info_json(bin, bytes.len(), &info));
+        } else {
+            write_text(&mut out, bin, bytes.len(), &info)?;
+        }
+    }
+    if args.json {
+        let backend = match &libs {
+            Libs::Full(rt) => json!({
+                "path": rt.backend().path.display().to_string(),
+                "core_api": rt.backend().core_api.to_string(),
+                "build_id": rt.device_facts.build_id,
+                "soc_model": rt.device_facts.soc_model,
+                "dsp_arch": rt.device_facts.dsp_arch,
+            }),
+            Libs::System(_) => Value::Null,
+        };
+        let doc = json!({"backend": backend, "binaries": docs});
+        writeln!(out, "{doc}")?;
+    }
+    out.flush()?;
+    Ok(())
+}
