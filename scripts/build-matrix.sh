@@ -6,6 +6,9 @@
 #   layout:  pos_major | head_major      io: f32 | f16 | ufixed16 (scales calibrated below)
 # Fixed-point scales come from QNN_EMU_CALIBRATE runs of the f32 bundle over the golden
 # prompts. Prints the output dir (target/bundles/matrix).
+#   QHX_MATRIX=full (default): all 18 variants for both families.
+#   QHX_MATRIX=ci: all 18 tiny-Qwen2 variants, and for SmolLM2 the variants that cover every
+#   prefill shape, layout and dtype at least once (scripts/test.sh uses this to stay fast).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 par=$(scripts/build-parity.sh)
@@ -40,7 +43,11 @@ for prefill in window past none; do
       [[ $io == ufixed16 ]] && extra+=(--calib)
       emb=f16; [[ $io == f32 ]] && emb=f32
       d="$out/smollm2-$v"
-      if [[ ! -f $d/smollm2.json || scripts/make_bundle.py -nt $d/smollm2.json || $out/smollm2.calib.json -nt $d/smollm2.json ]]; then
+      case "${QHX_MATRIX:-full}:$v" in
+          full:*|ci:window-pos_major-*|ci:past-head_major-*|ci:none-pos_major-f16|ci:none-head_major-ufixed16|ci:past-pos_major-f32) build_smol=1 ;;
+          *) build_smol=0 ;;
+      esac
+      if [[ $build_smol == 1 ]] && [[ ! -f $d/smollm2.json || scripts/make_bundle.py -nt $d/smollm2.json || $out/smollm2.calib.json -nt $d/smollm2.json ]]; then
           echo "build-matrix: $d" >&2
           args=(--gguf "$gguf" --out "$d" --name smollm2 --prefill "$prefill" --kv-layout "$layout" --io "$io"
                 --embed-dtype "$emb" --prefill-len 64 --ctx 512 "${extra[@]}")

@@ -41,6 +41,22 @@ prc=0
 python3 scripts/parity.py | tee "$plog" || prc=$?
 ppassed=$(tail -n 1 "$plog" | sed -E 's/^([0-9]+) passed.*/\1/')
 pfailed=$(tail -n 1 "$plog" | sed -E 's/.* ([0-9]+) failed$/\1/')
+
+echo "== bundle-shape matrix (prefill window/chunked/none x pos/head-major KV x f32/f16/ufixed16)" >&2
+matrix=$(QHX_MATRIX=${QHX_MATRIX:-ci} scripts/build-matrix.sh)
+mlog=$(mktemp)
+trap 'rm -f "$log" "$plog" "$mlog"' EXIT
+mrc=0
+{
+    python3 scripts/parity.py --bundles "$matrix" --variants auto --cases short
+    python3 scripts/parity.py --bundles "$matrix" --variants auto --cases long300 --filter qwen2/
+    python3 scripts/parity.py --bundles "$matrix" --variants auto --cases long300 --filter smollm2/long300/past
+} | tee "$mlog" || mrc=$?
+mpassed=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$mlog" | awk '{s+=$1} END {print s+0}')
+mfailed=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$mlog" | awk '{s+=$3} END {print s+0}')
+ppassed=$((ppassed + mpassed))
+pfailed=$((pfailed + mfailed))
+[[ $mfailed -eq 0 && $mrc -eq 0 ]] || prc=1
 if [[ -z "$passed" || "$passed" -eq 0 || "$ppassed" -eq 0 ]]; then
     echo "test.sh: no tests ran" >&2
     exit 1
