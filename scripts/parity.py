@@ -5,8 +5,9 @@
               [--bundles target/bundles/parity] [--filter SUBSTR]
 
 f32 I/O bundles must reproduce every gold token (checked with --expect-tokens, so a failure
-prints qhx_generate's own divergence report). f16 I/O bundles must match the first 8 tokens
-of every prompt, and greedy agreement with the gold ids over all steps must stay >= 90 %.
+prints qhx_generate's own divergence report). f16 and fixed-point I/O bundles must match the
+first 8 tokens of every prompt, and their top-1 agreement with the gold ids over all steps
+(teacher-forced: the gold ids are fed, --teacher-force) must stay >= 90 %.
 One exception, reported as such: a divergence at a step where HF's own top-2 logits are
 closer than one f16 step (the gold records the top-5 of the first 8 steps) cannot be
 resolved by an f16-logit graph and is counted as a tie, not a failure.
@@ -77,7 +78,9 @@ def check(args, g, variant, label):
             return False, rep[-1] if rep else "mismatch", 0, 0, False
         n = len(g["gold_ids"])
         return True, f"{n}/{n} exact", 0, 0, False
-    r = run(args, d, man, g, ["--json"])
+    # Teacher-forced: the gold ids are fed step by step and the model's own top-1 is
+    # compared at every step, so one near-tie does not spoil the steps after it.
+    r = run(args, d, man, g, ["--teacher-force", ",".join(map(str, g["gold_ids"])), "--json"])
     if r.returncode != 0:
         return False, f"exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}", 0, 0, False
     out = json.loads(r.stdout)
@@ -92,7 +95,7 @@ def check(args, g, variant, label):
         return (True, f"diverges at step {first}, where HF's top-2 logits {tie_text(g, first)} are closer "
                 f"than one f16 step: an f16-logit bundle cannot order them", same, len(gold), True)
     where = first if first < len(gold) else "none"
-    return True, f"first divergence at step {where}, agreement {same}/{len(gold)}", same, len(gold), False
+    return True, f"first divergence at step {where}, top-1 agreement {same}/{len(gold)} (teacher-forced)", same, len(gold), False
 
 
 def main() -> int:
@@ -143,7 +146,7 @@ def main() -> int:
         agree_total += total
     if agree_total:
         rate = agree_steps / agree_total
-        line = (f"f16/fixed-point I/O greedy agreement with HF fp32: {agree_steps}/{agree_total} = {rate:.1%} "
+        line = (f"f16/fixed-point I/O teacher-forced top-1 agreement with HF fp32: {agree_steps}/{agree_total} = {rate:.1%} "
                 f"(need >= {F16_AGREEMENT:.0%})")
         print(line)
         if rate < F16_AGREEMENT:

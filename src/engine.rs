@@ -44,6 +44,10 @@ pub struct GenConfig {
     pub allow_nonfinite: bool,
     /// Do not stop at end tokens (parity runs against references that ignore EOS).
     pub ignore_eos: bool,
+    /// Teacher forcing: after step k, feed `teacher[k]` instead of the sampled token (the
+    /// output ids are still the model's own picks), so each step's top-1 is measured
+    /// against a reference continuation. Ends at `teacher.len()` tokens; EOS is ignored.
+    pub teacher: Option<Vec<u32>>,
 }
 
 impl GenConfig {
@@ -54,6 +58,7 @@ impl GenConfig {
             sampler: crate::sampler::SamplerConfig::default(),
             allow_nonfinite: false,
             ignore_eos: false,
+            teacher: None,
         }
     }
 }
@@ -260,7 +265,7 @@ impl<'m> Engine<'m> {
         let eos = &m.eos;
         let finish = loop {
             out.push(tok);
-            if !cfg.ignore_eos && eos.contains(&tok) {
+            if !cfg.ignore_eos && cfg.teacher.is_none() && eos.contains(&tok) {
                 break FinishReason::Eos;
             }
             if let Next::Stop(r) = on_token(tok)? {
@@ -275,7 +280,19 @@ impl<'m> Engine<'m> {
             if crate::cancel::is_requested() {
                 break FinishReason::Cancelled;
             }
-            self.decode_step(tok)?;
+            let fed = cfg
+                .teacher
+                .as_ref()
+                .and_then(|t| t.get(out.len() - 1))
+                .copied()
+                .unwrap_or(tok);
+            if cfg.teacher.is_some() {
+                // The history (repetition penalty) follows what was fed, not what was picked.
+                if let Some(last) = self.history.last_mut() {
+                    *last = fed;
+                }
+            }
+            self.decode_step(fed)?;
             tok = self.sample_logits(out.len(), cfg)?;
             if let Some(p) = &mut self.profile {
                 p.steps += 1;

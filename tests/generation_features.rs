@@ -119,3 +119,23 @@ fn public_clone_argument_order_is_understood() {
     let b = generate(&m, &d, "5", "order test", &["--json"], &[]);
     assert_eq!(a, ids(&json(&b), "output_ids"));
 }
+
+#[test]
+fn teacher_forcing_feeds_the_given_ids_and_reports_own_picks() {
+    let (d, m) = bundle("teacher", &SynthSpec::default());
+    let free = run_ids(&m, &d, &[]);
+    let list = |v: &[u64]| {
+        v.iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    // Forcing the model's own greedy continuation reproduces it step for step.
+    assert_eq!(run_ids(&m, &d, &["--teacher-force", &list(&free)]), free);
+    // Forcing something else changes the picks after step 0 (step 0 only sees the prompt).
+    let other: Vec<u64> = free.iter().map(|x| (x + 7) % 250).collect();
+    let forced = run_ids(&m, &d, &["--teacher-force", &list(&other)]);
+    assert_eq!(forced.len(), free.len());
+    assert_eq!(forced[0], free[0]);
+    assert_ne!(forced[1..], free[1..]);
+}

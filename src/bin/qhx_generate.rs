@@ -55,6 +55,11 @@ struct Args {
     stop: Vec<String>,
     #[command(flatten)]
     sampling: qhx::cli::SamplingArgs,
+    /// Teacher forcing for precision checks: feed these ids (same forms as --expect-tokens)
+    /// one per step instead of the sampled ones; output_ids are the model's own top-1 picks
+    /// at each step.
+    #[arg(long, value_name = "IDS|FILE", conflicts_with = "expect_tokens")]
+    teacher_force: Option<String>,
     /// Keep generating past end-of-sequence tokens.
     #[arg(long)]
     ignore_eos: bool,
@@ -519,6 +524,7 @@ fn run(args: Args) -> Result<ExitCode> {
                 allow_nonfinite: args.allow_nonfinite,
                 ignore_eos: args.ignore_eos,
                 sampler: sampler.clone(),
+                teacher: None,
             },
             reasoning: args.reasoning,
             budget,
@@ -580,7 +586,15 @@ fn run(args: Args) -> Result<ExitCode> {
         .as_deref()
         .map(parse_expected)
         .transpose()?;
-    let mut n_tokens = expected.as_ref().map_or(requested, Vec::len);
+    let teacher = args
+        .teacher_force
+        .as_deref()
+        .map(parse_expected)
+        .transpose()?;
+    let mut n_tokens = expected
+        .as_ref()
+        .or(teacher.as_ref())
+        .map_or(requested, Vec::len);
     if n_tokens > room {
         eprintln!(
             "qhx: warning: n_tokens {} clamped to {room} (prompt {} + generated must fit max_ctx {})",
@@ -594,11 +608,12 @@ fn run(args: Args) -> Result<ExitCode> {
         n_tokens,
         allow_nonfinite: args.allow_nonfinite,
         ignore_eos: args.ignore_eos,
-        sampler: if expected.is_some() {
+        sampler: if expected.is_some() || teacher.is_some() {
             Default::default()
         } else {
             sampler
         },
+        teacher: teacher.clone(),
     };
 
     let stdout = std::io::stdout();

@@ -158,8 +158,8 @@ pub fn prompt(data: &[u8]) {
 
 fn run_prompt(model: &Model, engine: &mut Engine<'_>, ids: &[u32], n: usize) {
     let cfg = GenConfig {
-        n_tokens: n,
         allow_nonfinite: true,
+        ..GenConfig::greedy(n)
     };
     let mut stream = model.tokenizer.stream();
     let mut streamed = String::new();
