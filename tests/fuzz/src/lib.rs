@@ -125,7 +125,7 @@ fn load_prompt_model() -> Model {
     let m = qnn_emu::writer::write_bundle(&dir, &spec).expect("write bundle");
     let manifest = Manifest::load(&m, &dir).expect("manifest");
     let lib = emu_lib();
-    Model::load(manifest, &lib, &lib, &LoadOptions { log_level: 0 }).expect("load model")
+    Model::load(manifest, &lib, &lib, &LoadOptions::default()).expect("load model")
 }
 
 /// The prompt path: bytes (lossily as text) through the tokenizer and the token loop with
@@ -150,7 +150,7 @@ pub fn prompt(data: &[u8]) {
     }
     ENGINE.with(|cell| {
         let mut slot = cell.borrow_mut();
-        let engine = slot.get_or_insert_with(|| Engine::new(model));
+        let engine = slot.get_or_insert_with(|| Engine::new(model).expect("bind the fuzz bundle"));
         engine.reset();
         run_prompt(model, engine, &ids, n);
     });
