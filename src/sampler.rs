@@ -382,6 +382,7 @@ pub struct Sampler {
     rng: rand::rngs::StdRng,
     cand: Vec<(u32, f32)>,
     seen: Vec<u32>,
+    scratch: SamplerScratch,
 }
 
 impl Sampler {
@@ -395,6 +396,7 @@ impl Sampler {
             rng,
             cand: Vec::new(),
             seen: Vec::new(),
+            scratch: SamplerScratch::default(),
         }
     }
 
@@ -410,6 +412,15 @@ impl Sampler {
         }
         if self.cfg.is_greedy() {
             return argmax(logits);
+        }
+        if self.cfg.top_k > 0 && self.cfg.min_p == 0.0 {
+            // Same chain (softmax at T over the top k, then the nucleus), block-skipping kernel.
+            let p = SamplingParams {
+                temperature: self.cfg.temp,
+                top_k: self.cfg.top_k,
+                top_p: self.cfg.top_p,
+            };
+            return sample_top_k_top_p(logits, &p, &mut self.scratch, &mut self.rng);
         }
         let inv_t = 1.0 / self.cfg.temp;
         let k = if self.cfg.top_k > 0 {
