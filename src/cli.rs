@@ -54,3 +54,51 @@ impl SamplingArgs {
         })
     }
 }
+
+/// Parse `argv` for a binary named `prog`. `--help`/`--version` print and give
+/// `Err(SUCCESS)`; a usage error prints one line (clap's first line, then where to look)
+/// and gives `Err(2)`, so `main` can return the code as it is.
+pub fn parse_or_exit<T: clap::Parser, I, A>(
+    prog: &str,
+    argv: I,
+) -> Result<T, std::process::ExitCode>
+where
+    I: IntoIterator<Item = A>,
+    A: Into<std::ffi::OsString> + Clone,
+{
+    match T::try_parse_from(argv) {
+        Ok(a) => Ok(a),
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            Err(std::process::ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("{prog}: usage error: {first} (see {prog} --help)");
+            Err(std::process::ExitCode::from(2))
+        }
+    }
+}
+
+/// Turn a binary's result into its exit code: errors print as one line on stderr and
+/// exit 1; a closed stdout (e.g. `| head`) is not an error.
+pub fn finish(prog: &str, r: anyhow::Result<std::process::ExitCode>) -> std::process::ExitCode {
+    match r {
+        Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            let msg = format!("{e:#}").replace('\n', " ");
+            eprintln!("{prog}: error: {msg}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

@@ -104,6 +104,29 @@ pub struct Output {
     pub stats: Stats,
 }
 
+impl Output {
+    /// Why the run ended, as the user sees it: `Length` becomes `CtxFull` when the context
+    /// budget (`allowed` < `requested` tokens), not the request, cut the run short.
+    pub fn finish_for(&self, allowed: usize, requested: usize) -> FinishReason {
+        if self.finish == FinishReason::Length && allowed < requested {
+            FinishReason::CtxFull
+        } else {
+            self.finish
+        }
+    }
+
+    /// The generated ids that make up the text: all of them, less the end token when
+    /// `finish` is `Eos`.
+    pub fn text_ids(&self, finish: FinishReason, eos: &[u32]) -> Vec<u32> {
+        let end = |t: &u32| finish == FinishReason::Eos && eos.contains(t);
+        self.output_ids
+            .iter()
+            .copied()
+            .filter(|t| !end(t))
+            .collect()
+    }
+}
+
 /// What the caller wants after seeing a token.
 pub enum Next {
     Continue,

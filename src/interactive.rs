@@ -169,17 +169,8 @@ pub fn run(
         })?;
         writeln!(out).map_err(out_err)?;
         out.flush().map_err(out_err)?;
-        let finish = if o.finish == FinishReason::Length && cfg.n_tokens < opts.cfg.n_tokens {
-            FinishReason::CtxFull
-        } else {
-            o.finish
-        };
-        let text_ids: Vec<u32> = o
-            .output_ids
-            .iter()
-            .copied()
-            .filter(|t| !(finish == FinishReason::Eos && eos.contains(t)))
-            .collect();
+        let finish = o.finish_for(cfg.n_tokens, opts.cfg.n_tokens);
+        let text_ids = o.text_ids(finish, eos);
         let text = tok.decode(&text_ids)?;
         transcript = full;
         transcript.extend_from_slice(&o.output_ids);

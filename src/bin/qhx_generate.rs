@@ -265,40 +265,11 @@ fn main() -> ExitCode {
             }
         }
     }
-    let args = match Args::try_parse_from(argv) {
+    let args = match qhx::cli::parse_or_exit::<Args, _, _>("qhx_generate", argv) {
         Ok(a) => a,
-        Err(e) if !e.use_stderr() => {
-            // --help / --version
-            let _ = e.print();
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            // One line: clap's first line without its own prefix, then where to look.
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("qhx_generate: usage error: {first} (see qhx_generate --help)");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    match run(args) {
-        Ok(code) => code,
-        Err(e) => {
-            if is_broken_pipe(&e) {
-                return ExitCode::SUCCESS;
-            }
-            let msg = format!("{e:#}").replace('\n', " ");
-            eprintln!("qhx_generate: error: {msg}");
-            ExitCode::from(1)
-        }
-    }
-}
-
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
+    qhx::cli::finish("qhx_generate", run(args))
 }
 
 /// The positional arguments after the libraries, resolved.
@@ -667,18 +638,9 @@ fn run(args: Args) -> Result<ExitCode> {
     };
     let stats = &output.stats;
     // When the context clamp, not the request, ended the run, say so.
-    let finish = if output.finish == FinishReason::Length && n_tokens < requested {
-        FinishReason::CtxFull
-    } else {
-        output.finish
-    };
+    let finish = output.finish_for(n_tokens, requested);
     // Text without the end token, decoded in one shot (equals the streamed text).
-    let text_ids: Vec<u32> = output
-        .output_ids
-        .iter()
-        .copied()
-        .filter(|t| !(finish == FinishReason::Eos && model.eos.contains(t)))
-        .collect();
+    let text_ids = output.text_ids(finish, &model.eos);
     let full_text = if finish == FinishReason::Stop {
         printed.clone()
     } else {

@@ -35,36 +35,11 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = match Args::try_parse() {
+    let args = match qhx::cli::parse_or_exit::<Args, _, _>("qhx_inspect", std::env::args_os()) {
         Ok(a) => a,
-        Err(e) if !e.use_stderr() => {
-            let _ = e.print();
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("qhx_inspect: usage error: {first} (see qhx_inspect --help)");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
-        Err(e) => {
-            let msg = format!("{e:#}").replace('\n', " ");
-            eprintln!("qhx_inspect: error: {msg}");
-            ExitCode::from(1)
-        }
-    }
-}
-
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
+    qhx::cli::finish("qhx_inspect", run(&args).map(|()| ExitCode::SUCCESS))
 }
 
 /// What a tensor is probably for, from its name, side and shape (the LFM2 contract names
