@@ -4,6 +4,7 @@
 #
 #   scripts/fuzz.sh [runs_per_target=100000] [target...]
 #   FUZZ_SECONDS=n also stops each target after n seconds (whichever comes first).
+#   FUZZ_MAX_LEN=n caps input length (libFuzzer's -max_len; default: its own growth).
 #
 # cargo-fuzz needs nightly rustc flags; on a stable toolchain this sets RUSTC_BOOTSTRAP=1
 # (the fuzz crate is outside the main workspace, so nothing else is built that way).
@@ -40,7 +41,7 @@ for t in "${targets[@]}"; do
     (cd ../.. && cargo fuzz run "${fz[@]}" --release "$t" "tests/fuzz/corpus/$t" \
         -- -artifact_prefix="tests/fuzz/artifacts/$t/" -runs="$runs" -rss_limit_mb=2048 \
         -malloc_limit_mb=1024 -timeout=10 -detect_leaks="${FUZZ_LEAKS:-0}" -max_total_time="${FUZZ_SECONDS:-0}" \
-        -print_final_stats=1) > "$log" 2>&1
+        -print_final_stats=1 ${FUZZ_MAX_LEN:+-max_len=$FUZZ_MAX_LEN}) > "$log" 2>&1
     rc=$?
     set -e
     execs=$(grep -E '^stat::number_of_executed_units:' "$log" | awk '{print $2}' | tail -n1 || true)
