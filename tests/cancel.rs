@@ -72,20 +72,8 @@ fn run_and_signal(sig: &str, tag: &str) {
         .unwrap();
     assert!(generated > 0 && generated < n, "{sig}: {stats}");
     assert!(!err.contains("panicked"), "{err}");
-    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
-    for (k, v) in t["live"].as_object().unwrap() {
-        assert_eq!(v, 0, "{sig}: {k} handles left live: {t}");
-    }
-    let ev: Vec<&str> = t["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e.as_str().unwrap())
-        .collect();
-    let pos = |s: &str| ev.iter().rposition(|e| *e == s).unwrap();
-    assert!(pos("free context") < pos("free device"), "{ev:?}");
-    assert!(pos("free device") < pos("free backend"), "{ev:?}");
-    assert!(pos("free backend") < pos("free log"), "{ev:?}");
+    let t = assert_all_freed(&trace, sig);
+    assert_freed_child_first(&t, sig);
 }
 
 #[test]
@@ -146,8 +134,5 @@ fn sigint_during_the_prompt_stops_before_any_token() {
         rest.contains("generated=0") && rest.trim_end().ends_with("finish=cancelled"),
         "{rest}"
     );
-    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
-    for (k, v) in t["live"].as_object().unwrap() {
-        assert_eq!(v, 0, "{k} handles left live: {t}");
-    }
+    assert_all_freed(&trace, "cancel during prefill");
 }

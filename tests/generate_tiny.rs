@@ -168,24 +168,8 @@ fn emulator_handles_are_all_freed_in_order() {
         &[("QNN_EMU_TRACE", trace.to_str().unwrap())],
     );
     assert!(o.status.success(), "{}", stderr(&o));
-    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
-    for (k, v) in t["live"].as_object().unwrap() {
-        assert_eq!(v, 0, "{k} handles left live: {t}");
-    }
-    let ev: Vec<&str> = t["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e.as_str().unwrap())
-        .collect();
-    let pos = |s: &str| {
-        ev.iter()
-            .rposition(|e| *e == s)
-            .unwrap_or_else(|| panic!("no {s} in {ev:?}"))
-    };
-    assert!(pos("free context") < pos("free device"));
-    assert!(pos("free device") < pos("free backend"));
-    assert!(pos("free backend") < pos("free log"));
+    let t = assert_all_freed(&trace, "normal run");
+    assert_freed_child_first(&t, "normal run");
 }
 
 #[test]
@@ -209,12 +193,7 @@ fn handles_are_freed_on_error_paths_too() {
             ],
         );
         assert_eq!(o.status.code(), Some(1), "{knob}: {}", stderr(&o));
-        let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
-        for (k, v) in t["live"].as_object().unwrap() {
-            assert_eq!(v, 0, "{knob}: {k} handles left live: {t}");
-        }
-        let ev = t["events"].to_string();
-        assert!(!ev.contains("bad free"), "{knob}: {ev}");
+        assert_all_freed(&trace, knob);
     }
 }
 

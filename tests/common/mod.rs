@@ -94,3 +94,33 @@ pub fn ids(v: &serde_json::Value, key: &str) -> Vec<u64> {
         .map(|x| x.as_u64().unwrap())
         .collect()
 }
+
+/// Read an emulator trace (`QNN_EMU_TRACE`) and assert every handle was freed exactly
+/// once: no handle kind left live, no free of an unknown handle. `what` labels failures.
+pub fn assert_all_freed(trace: &Path, what: &str) -> serde_json::Value {
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(trace).unwrap()).unwrap();
+    for (k, v) in t["live"].as_object().unwrap() {
+        assert_eq!(v, 0, "{what}: {k} handles left live: {t}");
+    }
+    let ev = t["events"].to_string();
+    assert!(!ev.contains("bad free"), "{what}: {ev}");
+    t
+}
+
+/// Assert a trace freed child-first: contexts, then the device, the backend, the log.
+pub fn assert_freed_child_first(t: &serde_json::Value, what: &str) {
+    let ev: Vec<&str> = t["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    let pos = |s: &str| {
+        ev.iter()
+            .rposition(|e| *e == s)
+            .unwrap_or_else(|| panic!("{what}: no {s} in {ev:?}"))
+    };
+    assert!(pos("free context") < pos("free device"), "{what}: {ev:?}");
+    assert!(pos("free device") < pos("free backend"), "{what}: {ev:?}");
+    assert!(pos("free backend") < pos("free log"), "{what}: {ev:?}");
+}
