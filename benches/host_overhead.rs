@@ -11,7 +11,7 @@
 use qhx::engine::{Engine, GenConfig, Next};
 use qhx::manifest::Manifest;
 use qhx::model::{LoadOptions, Model};
-use qhx::sampler::SamplingParams;
+use qhx::sampler::SamplerConfig;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -86,18 +86,15 @@ fn cold_start(manifest: &Path, root: &Path, lib: &Path) -> Vec<(&'static str, f6
 
 fn measure(
     model: &Model,
-    sampling: SamplingParams,
+    sampling: SamplerConfig,
     steps: usize,
 ) -> (Vec<(&'static str, f64)>, f64, usize) {
     let mut engine = Engine::new(model).expect("bind");
     let n = steps.min(model.max_ctx - 2);
     let cfg = GenConfig {
-        sampler: qhx::sampler::SamplerConfig {
-            temp: sampling.temperature,
-            top_k: sampling.top_k,
-            top_p: sampling.top_p,
+        sampler: SamplerConfig {
             seed: Some(42),
-            ..Default::default()
+            ..sampling
         },
         ignore_eos: true,
         ..GenConfig::greedy(n)
@@ -168,13 +165,14 @@ fn main() {
     std::env::set_var("QNN_EMU_NULL_COMPUTE", "1");
     std::env::set_var("QNN_EMU_NULL_LOGITS", "noise");
     let samplers = [
-        ("greedy", SamplingParams::GREEDY),
+        ("greedy", SamplerConfig::default()),
         (
             "topk-topp",
-            SamplingParams {
-                temperature: 0.8,
+            SamplerConfig {
+                temp: 0.8,
                 top_k: 40,
                 top_p: 0.95,
+                ..Default::default()
             },
         ),
     ];
@@ -201,8 +199,9 @@ fn main() {
                 }
                 let m = Manifest::load(&manifest, &sdir).expect("manifest");
                 let model = Model::load(m, &lib, &lib, &LoadOptions::default()).expect("load");
-                for (sname, sp) in samplers {
-                    let (comps, exec, bytes) = measure(&model, sp, steps);
+                for (sname, sp) in &samplers {
+                    let sname = *sname;
+                    let (comps, exec, bytes) = measure(&model, sp.clone(), steps);
                     let total = comps.iter().map(|c| c.1).sum();
                     rows.push(Row {
                         shape,

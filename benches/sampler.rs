@@ -1,11 +1,10 @@
 //! Criterion microbenchmarks of the per-step host kernels over a 151,936-entry vocabulary
 //! (DeepSeek-R1-Distill-Qwen-1.5B): greedy (argmax fused with the finiteness check),
-//! top-k 40 / top-p 0.95 / temperature 0.8 sampling, and the f16 -> f32 logits read.
+//! the sampler chain at top-k 40 / top-p 0.95 / temperature 0.8, and the f16 -> f32 logits read.
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use half::slice::HalfFloatSliceExt;
-use qhx::sampler::{argmax_checked, sample_top_k_top_p_checked, SamplerScratch, SamplingParams};
-use rand::SeedableRng;
+use qhx::sampler::{argmax_checked, Sampler, SamplerConfig};
 
 const VOCAB: usize = 151_936;
 
@@ -25,15 +24,17 @@ fn bench(c: &mut Criterion) {
     c.bench_function("all_finite_152k", |b| {
         b.iter(|| qhx::sampler::all_finite(black_box(&v)))
     });
-    let p = SamplingParams {
-        temperature: 0.8,
+    let mut s = Sampler::new(SamplerConfig {
+        temp: 0.8,
         top_k: 40,
         top_p: 0.95,
-    };
-    let mut s = SamplerScratch::default();
-    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        seed: Some(5),
+        ..Default::default()
+    });
+    // Without a repetition penalty the chain leaves the logits as they are.
+    let mut w = v.clone();
     c.bench_function("topk40_topp095_t08_152k", |b| {
-        b.iter(|| sample_top_k_top_p_checked(black_box(&v), &p, &mut s, &mut rng))
+        b.iter(|| s.sample(black_box(&mut w), &[]))
     });
     let mut h = vec![half::f16::ZERO; VOCAB];
     h.convert_from_f32_slice(&v);

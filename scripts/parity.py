@@ -4,13 +4,18 @@
     parity.py [--bin target/release/qhx_generate] [--emu target/release/libqnn_emu.so]
               [--bundles target/bundles/parity] [--filter SUBSTR]
 
-f32 I/O bundles must reproduce every gold token (checked with --expect-tokens, so a failure
-prints qhx_generate's own divergence report). f16 and fixed-point I/O bundles must match the
-first 8 tokens of every prompt, and their top-1 agreement with the gold ids over all steps
-(teacher-forced: the gold ids are fed, --teacher-force) must stay >= 90 %.
-One exception, reported as such: a divergence at a step where HF's own top-2 logits are
-closer than one f16 step (the gold records the top-5 of the first 8 steps) cannot be
-resolved by an f16-logit graph and is counted as a tie, not a failure.
+f32 I/O bundles must reproduce every gold token: the output_ids of the --json document must
+equal the gold ids (and --expect-tokens makes a failure print qhx_generate's own divergence
+report). f16 and fixed-point I/O bundles run teacher-forced (the gold ids are fed,
+--teacher-force) and must match the first 8 tokens and reach a top-1 agreement with the gold
+ids of >= 90 % in every case (a per-case floor; the pooled rate is reported too).
+
+Ties. A step where our pick differs from HF's counts as agreeing only when our pick is HF's
+runner-up and HF's top-2 logit gap is below the resolution of the graph's logits dtype at
+that magnitude (one f16 step for f16 / fixed-point bundles, whose lm-head emits f16): such a
+graph cannot order the two. Runner-ups are recorded for the first 8 steps (top5_first8), so
+later divergences are never excused. The steps after a tie are still checked: the run is
+teacher-forced. scripts/real_parity.py applies the same rule on the real backend.
 Prints one line per case and a closing 'N passed, M failed'. Exit 1 if anything failed.
 """
 import argparse
@@ -32,18 +37,66 @@ def f16_ulp(x: float) -> float:
     return 2.0 ** (e - 10)
 
 
-def f16_tie(g, step) -> bool:
-    """True when the gold's top-2 logits at `step` differ by less than one f16 step."""
+def ulp(x: float, dtype: str) -> float:
+    """Spacing of `dtype` values around |x| (f16 or f32)."""
+    import math
+    if dtype == "f16":
+        return f16_ulp(x)
+    return 2.0 ** (max(math.frexp(abs(x))[1] - 1, -126) - 23)
+
+
+def tie(g, step, picked, dtype="f16") -> bool:
+    """True when `picked` is HF's runner-up at `step` and HF's top-2 logits there differ by
+    less than one `dtype` step at their magnitude."""
     top = g.get("top5_first8", [])
     if step >= len(top):
         return False
-    (_, a), (_, b) = top[step][0], top[step][1]
-    return abs(a - b) < f16_ulp(a)
+    (_, a), (j, b) = top[step][0], top[step][1]
+    return picked == j and abs(a - b) < ulp(a, dtype)
 
 
 def tie_text(g, step) -> str:
     (i, a), (j, b) = g["top5_first8"][step][0], g["top5_first8"][step][1]
     return f"{i}:{a} / {j}:{b}"
+
+
+def agreement(g, got, dtype="f16") -> dict:
+    """Teacher-forced top-1 agreement of `got` with the gold ids, excused ties counted as
+    agreeing: {rate, same, ties, n, first, text}."""
+    gold = g["gold_ids"]
+    same = ties = 0
+    first, tie_steps, margins = None, [], []
+    for s, (a, b) in enumerate(zip(got, gold)):
+        if a == b:
+            same += 1
+            continue
+        if first is None:
+            first = s
+        if tie(g, s, a, dtype):
+            ties += 1
+            tie_steps.append(f"step {s} ({tie_text(g, s)})")
+        elif s < len(g.get("top5_first8", [])):
+            top = g["top5_first8"][s]
+            margins.append(f"step {s}: HF top-2 gap {top[0][1] - top[1][1]:.4f}")
+    n = len(gold)
+    rate = (same + ties) / n if n else 0.0
+    where = "none" if first is None else f"step {first}"
+    text = f"first divergence {where}, top-1 agreement {same + ties}/{n} = {rate:.1%} (teacher-forced)"
+    if ties:
+        text += f"; ties within {dtype} resolution: {', '.join(tie_steps)}"
+    if margins:
+        text += f"; {'; '.join(margins)}"
+    return {"rate": rate, "same": same, "ties": ties, "n": n, "first": first, "text": text}
+
+
+def weights_drift(man_path, g):
+    """A message when the bundle was built from other weights than the golden, else None."""
+    src = json.load(open(man_path, encoding="utf-8")).get("source", {})
+    for key in ("weights_sha256", "gguf_sha256"):
+        if key in g["how_made"] and src.get(key) != g["how_made"][key]:
+            return (f"{key} of the bundle ({str(src.get(key))[:12]}) differs from the golden's "
+                    f"({g['how_made'][key][:12]}): weights drifted")
+    return None
 
 
 def manifest(bundles, family, variant):
@@ -62,10 +115,9 @@ def check(args, g, variant, label):
     d, man = manifest(args.bundles, g["family"], variant)
     io = variant.split("-")[-1]
     # The golden records which weights made it; a bundle built from other weights fails here.
-    src = json.load(open(man, encoding="utf-8")).get("source", {})
-    for key in ("weights_sha256", "gguf_sha256"):
-        if key in g["how_made"] and src.get(key) != g["how_made"][key]:
-            return False, f"{key} of the bundle ({str(src.get(key))[:12]}) differs from the golden's ({g['how_made'][key][:12]}): weights drifted", 0, 0, False
+    drift = weights_drift(man, g)
+    if drift:
+        return False, drift, 0, 0, False
     if io == "f32":  # exact
         r = run(args, d, man, g, ["--expect-tokens", ",".join(map(str, g["gold_ids"])), "--json"])
         out = json.loads(r.stdout) if r.stdout.strip().startswith("{") else None
@@ -73,9 +125,9 @@ def check(args, g, variant, label):
             return False, f"exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}", 0, 0, False
         if out["input_ids"] != g["input_ids"]:
             return False, f"input_ids differ: {out['input_ids'][:12]} vs {g['input_ids'][:12]}", 0, 0, False
-        if r.returncode == 3:
+        if r.returncode == 3 or out["output_ids"] != g["gold_ids"]:
             rep = [l for l in r.stderr.splitlines() if l.startswith("parity:")]
-            return False, rep[-1] if rep else "mismatch", 0, 0, False
+            return False, rep[-1] if rep else f"output_ids differ from the gold ids (exit {r.returncode})", 0, 0, False
         n = len(g["gold_ids"])
         return True, f"{n}/{n} exact", 0, 0, False
     # Teacher-forced: the gold ids are fed step by step and the model's own top-1 is
@@ -85,17 +137,17 @@ def check(args, g, variant, label):
         return False, f"exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}", 0, 0, False
     out = json.loads(r.stdout)
     got, gold = out["output_ids"], g["gold_ids"]
-    same = sum(a == b for a, b in zip(got, gold))
-    first = next((i for i, (a, b) in enumerate(zip(got, gold)) if a != b), len(gold))
     if out["input_ids"] != g["input_ids"]:
-        return False, "input_ids differ", same, len(gold), False
-    if first < F16_PREFIX and not f16_tie(g, first):
-        return False, f"diverges at step {first} (< {F16_PREFIX}): expected {gold[first]}, got {got[first]}", same, len(gold), False
-    if first < F16_PREFIX:
-        return (True, f"diverges at step {first}, where HF's top-2 logits {tie_text(g, first)} are closer "
-                f"than one f16 step: an f16-logit bundle cannot order them", same, len(gold), True)
-    where = first if first < len(gold) else "none"
-    return True, f"first divergence at step {where}, top-1 agreement {same}/{len(gold)} (teacher-forced)", same, len(gold), False
+        return False, "input_ids differ", 0, len(gold), False
+    res = agreement(g, got, "f16")
+    agreeing = res["same"] + res["ties"]
+    bad_early = next((s for s, (a, b) in enumerate(zip(got[:F16_PREFIX], gold)) if a != b and not tie(g, s, a)), None)
+    if bad_early is not None:
+        return (False, f"diverges at step {bad_early} (< {F16_PREFIX}): expected {gold[bad_early]}, got "
+                f"{got[bad_early]}; {res['text']}", agreeing, len(gold), False)
+    if res["rate"] < F16_AGREEMENT:
+        return False, f"{res['text']}: below the per-case floor {F16_AGREEMENT:.0%}", agreeing, len(gold), res["ties"] > 0
+    return True, res["text"], agreeing, len(gold), res["ties"] > 0
 
 
 def main() -> int:

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # All tests: formatting and lints, unit tests, layout assertions, the emulator through the C
 # ABI, end-to-end runs of the real binary (tiny synthetic bundles and SmolLM2 real weights),
-# the bad-input catalogue. Fails if any test fails or none ran; prints the totals.
+# the bad-input catalogue, and parity on the real QNN HTP backend (real context binaries on
+# onnxruntime-qnn's x86_64 libQnnHtp.so, scripts/build-real.sh + scripts/real_parity.py). Fails if any test fails or none ran; prints the totals.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 
 echo "== fmt + clippy" >&2
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --quiet -- -D warnings
+cargo clippy --workspace --all-targets --quiet -- -D warnings -D clippy::undocumented_unsafe_blocks
 
 echo "== build (release, whole workspace: qhx_generate + libqnn_emu.so)" >&2
 cargo build --release --workspace --quiet
@@ -24,9 +25,53 @@ echo "== bundle writer self-test" >&2
 cache=${QHX_CACHE:-$HOME/.cache/qhx}
 "$cache/venv/bin/python" scripts/make_bundle.py --self-test
 
+# The real-backend and Genie stages (HTP simulator, mostly one core) run in the background
+# while the emulator parity and matrix stages (below) use the other; their output is printed
+# after those, and their counts are read back from files.
+real_stages() {
+    echo "== real QNN backend (onnxruntime-qnn's libQnnHtp.so, HTP in simulation): real bundles + parity"
+    t_real=$SECONDS
+    real=$(scripts/build-real.sh | tail -n 1)
+    rrc=0
+    python3 scripts/real_parity.py --bundles "$real" --exclude smollm2 | tee "$rlog" || rrc=$?
+    rpassed=$(tail -n 1 "$rlog" | sed -nE 's/^([0-9]+) passed, [0-9]+ failed$/\1/p')
+    rfailed=$(tail -n 1 "$rlog" | sed -nE 's/^[0-9]+ passed, ([0-9]+) failed$/\1/p')
+    echo "test.sh: real backend stage took $((SECONDS - t_real))s"
+    if [[ -z "$rpassed" || "$rpassed" -lt 20 ]]; then
+        echo "test.sh: the real-backend parity ran ${rpassed:-no} cases (want >= 20)"
+        rrc=1
+        rfailed=$((${rfailed:-0} + 1))  # counted, so the closing line cannot read "0 failed"
+    fi
+
+    echo "== Genie interop: libGenie.so and qhx_generate on the same Genie bundles"
+    t_genie=$SECONDS
+    genie_dirs=("$real"/genie-*/)
+    grc=0
+    VS_GENIE_N=${VS_GENIE_N:-8} scripts/vs-genie.sh --json "${genie_dirs[@]}" >"$gjson" || grc=$?
+    python3 scripts/genie_parity.py "$gjson" target/release/qhx_generate "$(scripts/qnn-libs.sh | tail -n 1)" \
+        "${genie_dirs[@]}" | tee "$glog" || grc=$?
+    gpassed=$(tail -n 1 "$glog" | sed -nE 's/^([0-9]+) passed, [0-9]+ failed$/\1/p')
+    gfailed=$(tail -n 1 "$glog" | sed -nE 's/^[0-9]+ passed, ([0-9]+) failed$/\1/p')
+    echo "test.sh: Genie stage took $((SECONDS - t_genie))s"
+    [[ -n "$gpassed" && "$gpassed" -gt 0 ]] || grc=1
+    # passed failed rc, for the parent shell
+    echo "$((${rpassed:-0} + ${gpassed:-0})) $((${rfailed:-0} + ${gfailed:-0})) $((rrc | grc))" >"$rcounts"
+}
+
 echo "== cargo test (release)" >&2
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+# One scratch directory for every stage's log; on exit it goes, and a background stage
+# still running (an early failure in the foreground) is stopped with its children.
+tmp=$(mktemp -d)
+real_pid=
+cleanup() {
+    if [[ -n $real_pid ]] && kill -0 "$real_pid" 2>/dev/null; then
+        pkill -TERM -P "$real_pid" 2>/dev/null || true
+        kill "$real_pid" 2>/dev/null || true
+    fi
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+log=$tmp/cargo-test.log
 crc=0
 # The catalogue prints its case count (--show-output keeps passing tests' stdout).
 cargo test --release --workspace --no-fail-fast -- --show-output 2>&1 | tee "$log" || crc=$?
@@ -34,9 +79,18 @@ sum() { grep -E '^test result:' "$log" | sed -E "s/.* ([0-9]+) $1.*/\1/" | awk '
 passed=$(sum passed)
 failed=$(sum failed)
 
+rlog=$tmp/real.log
+glog=$tmp/genie.log
+gjson=$tmp/vs-genie.json
+rcounts=$tmp/real-counts
+rslog=$tmp/real-stages.log
+: >"$rcounts" # stays empty (read fails: counted as a failure) if the stages die early
+echo "== real QNN backend + Genie interop: started in the background (printed below when done)" >&2
+real_stages >"$rslog" 2>&1 </dev/null &
+real_pid=$!
+
 echo "== parity suite (goldens from HF transformers through the real binary)" >&2
-plog=$(mktemp)
-trap 'rm -f "$log" "$plog"' EXIT
+plog=$tmp/parity.log
 prc=0
 python3 scripts/parity.py | tee "$plog" || prc=$?
 ppassed=$(tail -n 1 "$plog" | sed -E 's/^([0-9]+) passed.*/\1/')
@@ -44,8 +98,7 @@ pfailed=$(tail -n 1 "$plog" | sed -E 's/.* ([0-9]+) failed$/\1/')
 
 echo "== bundle-shape matrix (prefill window/chunked/none x pos/head-major KV x f32/f16/ufixed16)" >&2
 matrix=$(QHX_MATRIX=${QHX_MATRIX:-ci} scripts/build-matrix.sh)
-mlog=$(mktemp)
-trap 'rm -f "$log" "$plog" "$mlog"' EXIT
+mlog=$tmp/matrix.log
 mrc=0
 {
     python3 scripts/parity.py --bundles "$matrix" --variants auto --cases short
@@ -57,6 +110,14 @@ mfailed=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$mlog" | awk '{s+=$3} END {p
 ppassed=$((ppassed + mpassed))
 pfailed=$((pfailed + mfailed))
 [[ $mfailed -eq 0 && $mrc -eq 0 ]] || prc=1
+
+rrc=0
+wait "$real_pid" || rrc=$?
+cat "$rslog"
+read -r rpassed rfailed rstatus <"$rcounts" || { rpassed=0 rfailed=1 rstatus=1; }
+ppassed=$((ppassed + rpassed))
+pfailed=$((pfailed + rfailed))
+[[ $rrc -eq 0 && $rstatus -eq 0 ]] || prc=1
 if [[ -z "$passed" || "$passed" -eq 0 || "$ppassed" -eq 0 ]]; then
     echo "test.sh: no tests ran" >&2
     exit 1

@@ -52,11 +52,43 @@ fn token_str(v: Option<&serde_json::Value>) -> Option<String> {
     }
 }
 
+/// The bundle's own BOS / EOS ids, the fallbacks for the template's token strings.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BundleIds {
+    pub bos: Option<u32>,
+    pub eos: Option<u32>,
+}
+
 impl ChatTemplate {
     /// The bundle's template: manifest `chat.template`, else `tokenizer_config.json`'s
-    /// `chat_template`, else `chat_template.jinja`, both beside tokenizer.json.
-    pub fn for_bundle(m: &Manifest, tok: &Tokenizer) -> Result<ChatTemplate> {
-        let dir = m.tokenizer.parent().unwrap_or(Path::new("."));
+    /// `chat_template`, else `chat_template.jinja`, both beside tokenizer.json. Without a
+    /// tokenizer (a check before the bundle loads), BOS/EOS strings that only the tokenizer
+    /// knows render empty.
+    pub fn for_bundle(m: &Manifest, tok: Option<&Tokenizer>) -> Result<ChatTemplate> {
+        let from_manifest = m
+            .chat
+            .as_ref()
+            .and_then(|c| c.get("template"))
+            .and_then(|t| t.as_str())
+            .map(|t| (t.to_string(), m.path.clone()));
+        let ids = BundleIds {
+            bos: m.params.bos_token_id,
+            eos: m.eos.first().copied(),
+        };
+        ChatTemplate::from_sources(from_manifest, &m.path, &m.tokenizer, ids, tok)
+    }
+
+    /// The template from the bundle's own description (`given`, with where it came from),
+    /// else the tokenizer's `tokenizer_config.json`, else `chat_template.jinja` beside the
+    /// tokenizer. `bundle` names the bundle file in errors.
+    pub fn from_sources(
+        given: Option<(String, std::path::PathBuf)>,
+        bundle: &Path,
+        tokenizer: &Path,
+        ids: BundleIds,
+        tok: Option<&Tokenizer>,
+    ) -> Result<ChatTemplate> {
+        let dir = tokenizer.parent().unwrap_or(Path::new("."));
         let cfg_path = dir.join("tokenizer_config.json");
         let cfg: Option<serde_json::Value> = match std::fs::read(&cfg_path) {
             Ok(b) => Some(
@@ -65,12 +97,6 @@ impl ChatTemplate {
             ),
             Err(_) => None,
         };
-        let from_manifest = m
-            .chat
-            .as_ref()
-            .and_then(|c| c.get("template"))
-            .and_then(|t| t.as_str())
-            .map(|t| (t.to_string(), m.path.clone()));
         let from_cfg = || {
             let c = cfg.as_ref()?;
             match c.get("chat_template")? {
@@ -90,26 +116,29 @@ impl ChatTemplate {
                 .ok()
                 .map(|t| (t, jinja_path.clone()))
         };
-        let (source, origin) = from_manifest
+        let (source, origin) = given
             .or_else(from_cfg)
             .or_else(from_file)
             .ok_or_else(|| Error::Manifest {
-                path: m.path.clone(),
+                path: bundle.to_path_buf(),
                 msg: format!(
                     "the bundle has no chat template (no chat.template, no chat_template in {}, no {})",
                     cfg_path.display(),
                     jinja_path.display()
                 ),
             })?;
-        let piece = |id: Option<u32>| id.map(|i| tok.token_to_piece(i)).unwrap_or_default();
+        let piece = |id: Option<u32>| {
+            id.and_then(|i| tok.map(|t| t.token_to_piece(i)))
+                .unwrap_or_default()
+        };
         let bos_token = cfg
             .as_ref()
             .and_then(|c| token_str(c.get("bos_token")))
-            .unwrap_or_else(|| piece(m.params.bos_token_id));
+            .unwrap_or_else(|| piece(ids.bos));
         let eos_token = cfg
             .as_ref()
             .and_then(|c| token_str(c.get("eos_token")))
-            .unwrap_or_else(|| piece(m.eos.first().copied()));
+            .unwrap_or_else(|| piece(ids.eos));
         Ok(ChatTemplate {
             source,
             origin,

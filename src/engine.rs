@@ -6,8 +6,9 @@
 //! O(C).
 
 use crate::error::{Error, Result};
+use crate::genie::{GenieModel, GenieRunner};
 use crate::kv::copy_rows;
-use crate::model::{LayerIo, Model};
+use crate::model::{LayerGraph, Model};
 use crate::ops::{mask, rope::RopeTable};
 use crate::qnn::{Binding, PairedBindings};
 use crate::sampler;
@@ -48,6 +49,8 @@ pub struct GenConfig {
     /// output ids are still the model's own picks), so each step's top-1 is measured
     /// against a reference continuation. Ends at `teacher.len()` tokens; EOS is ignored.
     pub teacher: Option<Vec<u32>>,
+    /// Checked between graph calls; a cancelled run ends with [`FinishReason::Cancelled`].
+    pub cancel: crate::cancel::CancelToken,
 }
 
 impl GenConfig {
@@ -59,6 +62,7 @@ impl GenConfig {
             allow_nonfinite: false,
             ignore_eos: false,
             teacher: None,
+            cancel: Default::default(),
         }
     }
 }
@@ -134,18 +138,17 @@ pub enum Next {
 }
 
 pub struct Engine<'m> {
-    m: &'m Model,
-    rope: RopeTable,
-    /// Prefill and decode bindings; a chunked prefill's past inputs share the decode cache.
-    bind: PairedBindings,
-    lm: Binding,
+    graphs: Graphs<'m>,
+    /// End tokens, the context the cache holds, and the load time (for stats).
+    eos: Vec<u32>,
+    max_ctx: usize,
+    load_ms: f64,
     logits: Vec<f32>,
-    hidden: Vec<f32>,
     sampler: crate::sampler::Sampler,
     /// Every token fed or generated since the last reset (for the repetition penalty).
     history: Vec<u32>,
     scratch: Vec<f32>,
-    /// Tokens whose K/V are in the decode cache.
+    /// Tokens whose K/V are in the cache.
     pos: usize,
     allow_nonfinite: bool,
     /// Per-component host timing of decode steps, when enabled (set to `Some`).
@@ -155,37 +158,82 @@ pub struct Engine<'m> {
     pub last_step_bytes: usize,
 }
 
+/// The graph side of the loop: a manifest bundle's prefill / decode / lm-head graphs, or a
+/// Genie bundle's variants (see [`crate::genie`]).
+enum Graphs<'m> {
+    Bundle(Box<BundleGraphs<'m>>),
+    Genie(Box<GenieRunner<'m>>),
+}
+
+struct BundleGraphs<'m> {
+    m: &'m Model,
+    rope: RopeTable,
+    /// Prefill and decode bindings; a chunked prefill's past inputs share the decode cache.
+    bind: PairedBindings,
+    lm: Binding,
+    hidden: Vec<f32>,
+}
+
 impl<'m> Engine<'m> {
     /// Build the bindings (fails only if a chunked prefill's past inputs cannot share the
     /// decode cache, which model loading already checks).
     pub fn new(m: &'m Model) -> Result<Engine<'m>> {
         let p = &m.manifest.params;
-        let prefill_rows = m.prefill.as_ref().map_or(0, |(_, io)| io.rows);
+        let prefill_rows = m.prefill.as_ref().map_or(0, |p| p.io.rows);
         // A chunk at the last cache slots still reads P rows of the table.
         let positions = m.max_ctx + prefill_rows;
         let shared: Vec<(usize, usize)> = match &m.prefill {
-            Some((_, io)) if io.ctx > 0 => io
+            Some(pre) if pre.io.ctx > 0 => pre
+                .io
                 .past
                 .iter()
-                .zip(&m.decode.1.past)
+                .zip(&m.decode.io.past)
                 .flat_map(|(&(pk, pv), &(dk, dv))| [(pk, dk), (pv, dv)])
                 .collect(),
             _ => Vec::new(),
         };
         // Every graph's I/O is bound once (rpcmem + memRegister when the runtime has rpcmem).
         let bind = PairedBindings::new(
-            m.prefill.as_ref().map(|(g, _)| (&g.graph, &g.desc)),
-            (&m.decode.0.graph, &m.decode.0.desc),
+            m.prefill.as_ref().map(|p| (&p.graph, &p.desc)),
+            (&m.decode.graph, &m.decode.desc),
             &shared,
         )?;
         let rope = RopeTable::new(p.rope_theta, p.head_dim, positions, p.rope_scaling.as_ref());
-        let mut e = Engine {
+        let graphs = Graphs::Bundle(Box::new(BundleGraphs {
             m,
             rope,
             bind,
             lm: Binding::for_graph(&m.lmhead.graph, &m.lmhead.desc)?,
-            logits: vec![0.0; p.vocab],
             hidden: vec![0.0; p.hidden],
+        }));
+        Ok(Engine::with(
+            graphs,
+            m.eos.clone(),
+            m.max_ctx,
+            m.load_ms,
+            p.vocab,
+        ))
+    }
+
+    /// An engine over a Genie bundle's graphs.
+    pub fn genie(g: &'m GenieModel) -> Result<Engine<'m>> {
+        let graphs = Graphs::Genie(Box::new(GenieRunner::new(g)?));
+        Ok(Engine::with(
+            graphs,
+            g.eos(),
+            g.max_ctx(),
+            g.load_ms,
+            g.vocab,
+        ))
+    }
+
+    fn with(graphs: Graphs<'m>, eos: Vec<u32>, max_ctx: usize, load_ms: f64, vocab: usize) -> Self {
+        let mut e = Engine {
+            graphs,
+            eos,
+            max_ctx,
+            load_ms,
+            logits: vec![0.0; vocab],
             sampler: crate::sampler::Sampler::new(Default::default()),
             history: Vec::new(),
             scratch: Vec::new(),
@@ -195,23 +243,31 @@ impl<'m> Engine<'m> {
             last_step_bytes: 0,
         };
         e.reset();
-        Ok(e)
+        e
     }
 
-    /// Forget the cache: every decode mask slot hidden.
+    /// Forget the cache: every mask slot hidden.
     pub fn reset(&mut self) {
-        let io = &self.m.decode.1;
-        let mut mk = self.bind.dec().input_mut(io.mask);
-        let neg = mk.mask_neg();
-        let n = mk.len();
-        mk.fill(0, n, neg);
+        match &mut self.graphs {
+            Graphs::Bundle(q) => {
+                let io = &q.m.decode.io;
+                let mut mk = q.bind.dec().input_mut(io.mask);
+                let neg = mk.mask_neg();
+                let n = mk.len();
+                mk.fill(0, n, neg);
+            }
+            Graphs::Genie(g) => g.reset(),
+        }
         self.pos = 0;
         self.history.clear();
     }
 
     /// True when graph I/O is zero-copy (registered rpcmem buffers).
     pub fn zero_copy(&self) -> bool {
-        self.bind.dec_ref().is_shared() && self.lm.is_shared()
+        match &self.graphs {
+            Graphs::Bundle(q) => q.bind.dec_ref().is_shared() && q.lm.is_shared(),
+            Graphs::Genie(g) => g.zero_copy(),
+        }
     }
 
     pub fn pos(&self) -> usize {
@@ -224,17 +280,22 @@ impl<'m> Engine<'m> {
         if pos >= self.pos {
             return;
         }
-        let io = &self.m.decode.1;
-        let mut mk = self.bind.dec().input_mut(io.mask);
-        let neg = mk.mask_neg();
-        mk.fill(pos, self.pos - pos, neg);
+        match &mut self.graphs {
+            Graphs::Bundle(q) => {
+                let io = &q.m.decode.io;
+                let mut mk = q.bind.dec().input_mut(io.mask);
+                let neg = mk.mask_neg();
+                mk.fill(pos, self.pos - pos, neg);
+            }
+            Graphs::Genie(g) => g.rewind(pos),
+        }
         self.pos = pos;
         self.history.truncate(pos);
     }
 
     /// Positions the cache can hold.
     pub fn max_ctx(&self) -> usize {
-        self.m.max_ctx
+        self.max_ctx
     }
 
     /// Run the prompt, then generate up to `cfg.n_tokens` tokens, calling `on_token` for each
@@ -246,21 +307,20 @@ impl<'m> Engine<'m> {
         tokenize_ms: f64,
         mut on_token: impl FnMut(u32) -> Result<Next>,
     ) -> Result<Output> {
-        let m = self.m;
         let n = ids.len();
         if n == 0 {
-            return Err(Error::Input("the prompt encodes to zero tokens".into()));
+            return Err(Error::EmptyPrompt);
         }
-        if self.pos + n > m.max_ctx {
-            return Err(Error::Input(format!(
-                "the prompt is {n} tokens but only {} of max_ctx {} positions are free",
-                m.max_ctx - self.pos,
-                m.max_ctx
-            )));
+        if self.pos + n > self.max_ctx {
+            return Err(Error::PromptTooLong {
+                tokens: n,
+                free: self.max_ctx - self.pos,
+                max_ctx: self.max_ctx,
+            });
         }
         let mut stats = Stats {
             prompt_tokens: n,
-            load_ms: m.load_ms,
+            load_ms: self.load_ms,
             ..Default::default()
         };
         self.allow_nonfinite = cfg.allow_nonfinite;
@@ -269,7 +329,7 @@ impl<'m> Engine<'m> {
         }
         self.history.extend_from_slice(ids);
         let t0 = Instant::now();
-        if !self.run_prompt(ids)? {
+        if !self.run_prompt(ids, &cfg.cancel)? {
             // Cancelled inside the prompt: nothing generated.
             stats.prefill_ms = ms(t0);
             stats.finish();
@@ -285,10 +345,9 @@ impl<'m> Engine<'m> {
         stats.ttft_ms = tokenize_ms + stats.prefill_ms;
         let t1 = Instant::now();
         let mut out = Vec::new();
-        let eos = &m.eos;
         let finish = loop {
             out.push(tok);
-            if !cfg.ignore_eos && cfg.teacher.is_none() && eos.contains(&tok) {
+            if !cfg.ignore_eos && cfg.teacher.is_none() && self.eos.contains(&tok) {
                 break FinishReason::Eos;
             }
             if let Next::Stop(r) = on_token(tok)? {
@@ -297,10 +356,10 @@ impl<'m> Engine<'m> {
             if out.len() >= cfg.n_tokens {
                 break FinishReason::Length;
             }
-            if self.pos >= m.max_ctx {
+            if self.pos >= self.max_ctx {
                 break FinishReason::CtxFull;
             }
-            if crate::cancel::is_requested() {
+            if cfg.cancel.is_cancelled() {
                 break FinishReason::Cancelled;
             }
             let fed = cfg
@@ -333,53 +392,60 @@ impl<'m> Engine<'m> {
     }
 
     /// Put the prompt into the cache and leave its last hidden state in the lm-head input.
-    /// Returns false when cancelled (see [`crate::cancel`]) between graph calls.
+    /// Returns false when `cancel` fired between graph calls.
     ///
     /// A prefill graph without past inputs takes the first P tokens of an empty cache; one
     /// with past inputs (chunked prefill) takes the prompt in chunks of up to P from any
     /// position. Whatever is left goes through the decode graph token by token.
-    fn run_prompt(&mut self, ids: &[u32]) -> Result<bool> {
-        let m = self.m;
+    fn run_prompt(&mut self, ids: &[u32], cancel: &crate::cancel::CancelToken) -> Result<bool> {
+        let m = match &mut self.graphs {
+            Graphs::Genie(g) => {
+                let go = g.feed(ids, &|| cancel.is_cancelled())?;
+                self.pos = g.pos();
+                return Ok(go && !cancel.is_cancelled());
+            }
+            Graphs::Bundle(q) => q.m,
+        };
         let mut i = 0;
-        if let Some((g, io)) = &m.prefill {
+        if let Some(pre) = &m.prefill {
+            let io = &pre.io;
             if io.ctx == 0 {
                 if self.pos == 0 {
                     let c = ids.len().min(io.rows);
-                    self.prefill_chunk(&ids[..c], io, g)?;
+                    self.prefill_chunk(&ids[..c], pre)?;
                     i = c;
                 }
             } else {
                 // A chunk may only run while all its P rows fit in the cache.
                 while i < ids.len() && self.pos + io.rows <= io.ctx {
-                    if crate::cancel::is_requested() {
+                    if cancel.is_cancelled() {
                         return Ok(false);
                     }
                     let c = (ids.len() - i).min(io.rows);
-                    self.prefill_chunk(&ids[i..i + c], io, g)?;
+                    self.prefill_chunk(&ids[i..i + c], pre)?;
                     i += c;
                 }
             }
         }
         for &t in &ids[i..] {
-            if crate::cancel::is_requested() {
+            if cancel.is_cancelled() {
                 return Ok(false);
             }
             self.decode_step(t)?;
         }
-        Ok(!crate::cancel::is_requested())
+        Ok(!cancel.is_cancelled())
     }
 
     /// One prefill execute over `chunk` (at most P tokens) at position `self.pos`.
-    fn prefill_chunk(
-        &mut self,
-        chunk: &[u32],
-        io: &LayerIo,
-        g: &crate::model::LoadedGraph,
-    ) -> Result<()> {
-        let m = self.m;
+    fn prefill_chunk(&mut self, chunk: &[u32], g: &LayerGraph) -> Result<()> {
+        let Graphs::Bundle(q) = &mut self.graphs else {
+            unreachable!("prefill graphs belong to manifest bundles")
+        };
+        let m = q.m;
+        let io = &g.io;
         let p = &m.manifest.params;
         let (h, rows, pos0) = (p.hidden, io.rows, self.pos);
-        let (pre, dec) = self.bind.both();
+        let (pre, dec) = q.bind.both();
         let pre = pre.expect("prefill binding exists with a prefill graph");
         {
             let mut x = pre.input_mut(io.x);
@@ -389,9 +455,9 @@ impl<'m> Engine<'m> {
             x.fill(chunk.len() * h, (rows - chunk.len()) * h, 0.0);
         }
         pre.input_mut(io.cos)
-            .write_f32(0, self.rope.cos_rows(pos0, rows));
+            .write_f32(0, q.rope.cos_rows(pos0, rows));
         pre.input_mut(io.sin)
-            .write_f32(0, self.rope.sin_rows(pos0, rows));
+            .write_f32(0, q.rope.sin_rows(pos0, rows));
         {
             let mut mk = pre.input_mut(io.mask);
             let neg = mk.mask_neg();
@@ -400,7 +466,7 @@ impl<'m> Engine<'m> {
         // With past inputs the graph reads the decode cache in place (shared buffers).
         g.graph.execute(pre)?;
         // The chunk's K/V rows go into the cache at pos0.., and their mask slots open.
-        let dio = &m.decode.1;
+        let dio = &m.decode.io;
         let dshape = dio.past_shape.expect("decode graphs have past inputs");
         for (l, &(nk, nv)) in io.new.iter().enumerate() {
             let (pk, pv) = dio.past[l];
@@ -416,28 +482,42 @@ impl<'m> Engine<'m> {
         dec.input_mut(dio.mask).fill(pos0, chunk.len(), 0.0);
         // The last real row's hidden state goes to the lm-head.
         let last = chunk.len() - 1;
-        pre.output(io.y).read_f32(last * h, &mut self.hidden);
-        self.check_finite_hidden(&g.desc.name, 0, pos0 + last)?;
-        self.lm.input_mut(0).write_f32(0, &self.hidden);
+        pre.output(io.y).read_f32(last * h, &mut q.hidden);
+        check_finite_hidden(
+            &q.hidden,
+            self.allow_nonfinite,
+            &g.desc.name,
+            0,
+            pos0 + last,
+        )?;
+        q.lm.input_mut(0).write_f32(0, &q.hidden);
         self.pos = pos0 + chunk.len();
         Ok(())
     }
 
     /// Run the decode graph for `token` at position `self.pos`, then store its K/V.
     fn decode_step(&mut self, token: u32) -> Result<()> {
-        let m = self.m;
-        let (g, io) = (&m.decode.0, &m.decode.1);
+        let q = match &mut self.graphs {
+            Graphs::Genie(g) => {
+                g.feed(&[token], &|| false)?;
+                self.pos = g.pos();
+                return Ok(());
+            }
+            Graphs::Bundle(q) => q,
+        };
+        let m = q.m;
+        let (g, io) = (&m.decode, &m.decode.io);
         let p = self.pos;
         let dshape = io.past_shape.expect("decode graphs have past inputs");
         let mut clock = Clock::new(self.profile.is_some());
-        let dec = self.bind.dec();
+        let dec = q.bind.dec();
         {
             let mut x = dec.input_mut(io.x);
             m.embed.write_row(token, &mut x, 0)?;
         }
         let t_embed = clock.lap();
-        dec.input_mut(io.cos).write_f32(0, self.rope.cos(p));
-        dec.input_mut(io.sin).write_f32(0, self.rope.sin(p));
+        dec.input_mut(io.cos).write_f32(0, q.rope.cos(p));
+        dec.input_mut(io.sin).write_f32(0, q.rope.sin(p));
         let t_rope = clock.lap();
         g.graph.execute(dec)?;
         let t_exec = clock.lap();
@@ -456,9 +536,9 @@ impl<'m> Engine<'m> {
         let t_kv = clock.lap();
         dec.input_mut(io.mask).fill(p, 1, 0.0);
         let t_mask = clock.lap();
-        dec.output(io.y).read_f32(0, &mut self.hidden);
-        self.check_finite_hidden(&g.desc.name, p, p)?;
-        self.lm.input_mut(0).write_f32(0, &self.hidden);
+        dec.output(io.y).read_f32(0, &mut q.hidden);
+        check_finite_hidden(&q.hidden, self.allow_nonfinite, &g.desc.name, p, p)?;
+        q.lm.input_mut(0).write_f32(0, &q.hidden);
         let t_io = clock.lap();
         if let Some(pr) = &mut self.profile {
             pr.embed_ns += t_embed;
@@ -475,27 +555,35 @@ impl<'m> Engine<'m> {
 
     /// Execute the lm-head on its current input and pick the next token.
     fn sample_logits(&mut self, step: usize, cfg: &GenConfig) -> Result<u32> {
-        let g = &self.m.lmhead;
         let mut clock = Clock::new(self.profile.is_some());
-        g.graph.execute(&mut self.lm)?;
-        let t_exec = clock.lap();
         let check = !(cfg.allow_nonfinite || self.allow_nonfinite);
         let plain_greedy =
             self.sampler.config().is_greedy() && self.sampler.config().repeat_penalty == 1.0;
-        // Greedy over f16 logits needs no f32 copy: argmax on the f16 bits, finiteness fused.
-        if plain_greedy && check {
-            if let crate::ops::convert::Typed::F16(h) = self.lm.output(0) {
-                let picked = sampler::argmax_f16_checked(h);
-                if let Some(pr) = &mut self.profile {
-                    pr.execute_ns += t_exec;
-                    pr.sampling_ns += clock.lap();
+        let mut t_exec = 0;
+        match &mut self.graphs {
+            // The Genie graphs produce logits themselves; the runner has dequantised them.
+            Graphs::Genie(g) => self.logits.copy_from_slice(g.logits()),
+            Graphs::Bundle(q) => {
+                let g = &q.m.lmhead;
+                g.graph.execute(&mut q.lm)?;
+                t_exec = clock.lap();
+                // Greedy over f16 logits needs no f32 copy: argmax on the f16 bits,
+                // finiteness fused.
+                if plain_greedy && check {
+                    if let crate::ops::convert::Typed::F16(h) = q.lm.output(0) {
+                        let picked = sampler::argmax_f16_checked(h);
+                        if let Some(pr) = &mut self.profile {
+                            pr.execute_ns += t_exec;
+                            pr.sampling_ns += clock.lap();
+                        }
+                        let tok = picked.map_err(|_| self.nonfinite_logits(step))?;
+                        self.history.push(tok);
+                        return Ok(tok);
+                    }
                 }
-                let tok = picked.map_err(|_| self.nonfinite_logits(step))?;
-                self.history.push(tok);
-                return Ok(tok);
+                q.lm.output(0).read_f32(0, &mut self.logits);
             }
         }
-        self.lm.output(0).read_f32(0, &mut self.logits);
         let t_read = clock.lap();
         let tok = if plain_greedy && check {
             sampler::argmax_checked(&self.logits).map_err(|_| self.nonfinite_logits(step))?
@@ -515,27 +603,37 @@ impl<'m> Engine<'m> {
     }
 
     fn nonfinite_logits(&self, step: usize) -> Error {
+        let graph = match &self.graphs {
+            Graphs::Bundle(q) => q.m.lmhead.desc.name.clone(),
+            Graphs::Genie(_) => "logits".to_string(),
+        };
         Error::NonFinite {
             what: "logits",
             step,
             pos: self.pos.saturating_sub(1),
-            graph: self.m.lmhead.desc.name.clone(),
+            graph,
             hint: " — fp16 overflow in the graph is the usual cause (see the seed bundle notes); --allow-nonfinite continues anyway",
         }
     }
+}
 
-    fn check_finite_hidden(&self, graph: &str, step: usize, pos: usize) -> Result<()> {
-        if !self.allow_nonfinite && sampler::first_non_finite(&self.hidden).is_some() {
-            return Err(Error::NonFinite {
-                what: "hidden state",
-                step,
-                pos,
-                graph: graph.to_string(),
-                hint: " — fp16 overflow in the graph is the usual cause; --allow-nonfinite continues anyway",
-            });
-        }
-        Ok(())
+fn check_finite_hidden(
+    hidden: &[f32],
+    allow_nonfinite: bool,
+    graph: &str,
+    step: usize,
+    pos: usize,
+) -> Result<()> {
+    if !allow_nonfinite && sampler::first_non_finite(hidden).is_some() {
+        return Err(Error::NonFinite {
+            what: "hidden state",
+            step,
+            pos,
+            graph: graph.to_string(),
+            hint: " — fp16 overflow in the graph is the usual cause; --allow-nonfinite continues anyway",
+        });
     }
+    Ok(())
 }
 
 /// Lap timer that costs nothing when off.

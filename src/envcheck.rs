@@ -16,6 +16,9 @@ pub struct EnvFacts {
     pub ld_library_path: Option<String>,
     /// Files of QNN libraries mapped into this process (from /proc/self/maps).
     pub mapped_qnn_libs: Vec<PathBuf>,
+    /// The host cannot reach a Hexagon NPU (it is not an ARM SoC), so a real libQnnHtp here
+    /// is Qualcomm's simulator, which reports a placeholder platform (v68, soc 30).
+    pub host_without_npu: bool,
 }
 
 /// What the bundle says it was built for and what the device reports.
@@ -42,6 +45,7 @@ impl EnvFacts {
             adsp_library_path: var("ADSP_LIBRARY_PATH"),
             ld_library_path: var("LD_LIBRARY_PATH"),
             mapped_qnn_libs: mapped_libs(&[backend_path, system_path]),
+            host_without_npu: !cfg!(any(target_arch = "aarch64", target_arch = "arm")),
         }
     }
 
@@ -57,6 +61,12 @@ impl EnvFacts {
             .iter()
             .any(|s| s.to_lowercase().contains("emu"));
         file.contains("qnnhtp") && !says_emu
+    }
+
+    /// Qualcomm's HTP simulator: a real libQnnHtp on a host without an NPU. It runs any
+    /// dsp_arch's binaries, so the platform it reports is no reason to warn.
+    pub fn is_simulator(&self) -> bool {
+        self.is_real_htp() && self.host_without_npu
     }
 }
 
@@ -103,7 +113,7 @@ fn under_vendor(p: &Path) -> bool {
 pub fn warnings(f: &EnvFacts, t: &Targets) -> Vec<String> {
     let mut w = Vec::new();
     let arch = t.bundle_dsp_arch.as_deref().and_then(parse_arch);
-    if f.is_real_htp() {
+    if f.is_real_htp() && !f.is_simulator() {
         let skel = arch.map(|a| format!("libQnnHtpV{a}Skel.so"));
         let skel_desc = skel
             .clone()
@@ -154,6 +164,9 @@ pub fn warnings(f: &EnvFacts, t: &Targets) -> Vec<String> {
                 p.display()
             ));
         }
+    }
+    if f.is_simulator() {
+        return w;
     }
     if let (Some(b), Some(d)) = (arch, t.device_dsp_arch) {
         if d != 0 && b != d {
@@ -264,5 +277,36 @@ mod tests {
         assert!(w[1].contains("/vendor/lib64/libQnnSystem.so"));
         assert!(w[2].contains("v81") && w[2].contains("v79"));
         assert!(w[3].contains("soc_model 87") && w[3].contains("69"));
+    }
+
+    #[test]
+    fn the_simulator_platform_is_no_mismatch() {
+        // The x86 HTP simulator reports v68 / soc 30 and runs v79 binaries.
+        let t = Targets {
+            bundle_dsp_arch: Some("v79".into()),
+            bundle_soc_model: Some(69),
+            device_dsp_arch: Some(68),
+            device_soc_model: Some(30),
+        };
+        let mut f = htp(Path::new("/x"));
+        f.host_without_npu = true;
+        assert!(f.is_simulator());
+        assert!(warnings(&f, &t).is_empty(), "{:?}", warnings(&f, &t));
+        // The same report from a phone is a real conflict (and the skel check applies).
+        f.host_without_npu = false;
+        let w = warnings(&f, &t);
+        assert_eq!(w.len(), 3, "{w:?}");
+        assert!(w[1].contains("v79") && w[1].contains("v68"), "{w:?}");
+        assert!(
+            w[2].contains("soc_model 69") && w[2].contains("30"),
+            "{w:?}"
+        );
+        // The emulator models a device, whatever the host.
+        let emu = EnvFacts {
+            backend_path: "/x/libqnn_emu.so".into(),
+            host_without_npu: true,
+            ..Default::default()
+        };
+        assert_eq!(warnings(&emu, &t).len(), 2);
     }
 }

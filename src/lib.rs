@@ -4,22 +4,41 @@
 //! KV bookkeeping, sampling and detokenization. [`model`] loads a bundle through QNN,
 //! [`engine`] runs the token loop, [`qnn`] is the safe wrapper over `qnn-sys`.
 
+#![deny(unsafe_code)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod bench;
+pub mod bundle;
 pub mod cancel;
 pub mod chat;
 pub mod cli;
 pub mod engine;
 pub mod envcheck;
 pub mod error;
+pub mod genie;
 pub mod interactive;
 pub mod kv;
 pub mod manifest;
 pub mod model;
 pub mod ops;
+// The one module allowed `unsafe`: the safe wrapper over qnn-sys.
+#[allow(unsafe_code)]
 pub mod qnn;
 pub mod reasoning;
 pub mod sampler;
+pub mod session;
 pub mod stats;
 pub mod stop;
 pub mod tokenizer;
 
 pub use error::{Error, Result};
+
+/// `eprintln!` that never panics: when stderr is closed or its reader went away
+/// (`-v 2>&1 | head -1`) the line is dropped instead of aborting the run.
+#[macro_export]
+macro_rules! elog {
+    ($($arg:tt)*) => {{
+        use ::std::io::Write as _;
+        let _ = ::std::writeln!(::std::io::stderr().lock(), $($arg)*);
+    }};
+}

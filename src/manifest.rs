@@ -18,6 +18,9 @@ pub struct ModelSection {
     pub dsp_arch: Option<String>,
     #[serde(default)]
     pub soc_model: Option<u32>,
+    /// Parameter count, for benchmark tables (optional).
+    #[serde(default)]
+    pub n_params: Option<u64>,
 }
 
 /// `rope_scaling` block; only the llama3 type is defined.
@@ -157,7 +160,14 @@ const KNOWN_KEYS: &[(&str, &[&str])] = &[
     ),
     (
         "model",
-        &["name", "family", "arch", "dsp_arch", "soc_model"],
+        &[
+            "name",
+            "family",
+            "arch",
+            "dsp_arch",
+            "soc_model",
+            "n_params",
+        ],
     ),
     (
         "params",
@@ -222,6 +232,15 @@ pub enum Arch {
     Qwen2,
 }
 
+impl Arch {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+        }
+    }
+}
+
 /// A context binary to load and the graph to take from it.
 #[derive(Debug, Clone)]
 pub struct GraphRef {
@@ -237,6 +256,7 @@ pub struct Manifest {
     pub arch: Arch,
     pub dsp_arch: Option<String>,
     pub soc_model: Option<u32>,
+    pub n_params: Option<u64>,
     pub params: Params,
     pub eos: Vec<u32>,
     pub prefill: Option<GraphRef>,
@@ -268,9 +288,12 @@ impl Manifest {
         }
         let de = &mut serde_json::Deserializer::from_slice(bytes);
         let raw: RawManifest = serde_path_to_error::deserialize(de).map_err(|e| {
+            // serde_path_to_error writes `?` for a position it could not name (e.g. at
+            // the end of a truncated file): no path then.
             let at = e.path().to_string();
+            let at = at.trim_end_matches('?').trim_end_matches('.');
             let inner = e.into_inner();
-            if at == "." || at.is_empty() {
+            if at.is_empty() {
                 err(inner.to_string())
             } else {
                 err(format!("{at}: {inner}"))
@@ -403,6 +426,7 @@ impl Manifest {
             arch,
             dsp_arch: raw.model.dsp_arch.clone(),
             soc_model: raw.model.soc_model,
+            n_params: raw.model.n_params,
             eos,
             prefill,
             decode,

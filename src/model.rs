@@ -32,16 +32,52 @@ pub struct LayerIo {
     pub new_shape: KvShape,
 }
 
+/// A graph retrieved from its context, with the descriptor it was validated against.
 pub struct LoadedGraph {
     pub graph: Graph,
     pub desc: GraphDesc,
 }
 
+/// A prefill or decode graph and its resolved tensor positions.
+pub struct LayerGraph {
+    pub graph: Graph,
+    pub desc: GraphDesc,
+    pub io: LayerIo,
+}
+
+/// What a graph of the bundle is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GraphRole {
+    Prefill,
+    Decode,
+    LmHead,
+}
+
+impl GraphRole {
+    /// The manifest key (`artifacts.contexts.<key>`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GraphRole::Prefill => "prefill",
+            GraphRole::Decode => "decode",
+            GraphRole::LmHead => "lmhead",
+        }
+    }
+
+    /// Words that mark a graph name as this role when a binary holds several graphs.
+    fn name_words(self) -> &'static [&'static str] {
+        match self {
+            GraphRole::Prefill => &["prefill", "pf", "ar128", "full"],
+            GraphRole::Decode => &["decode", "dec", "ar1"],
+            GraphRole::LmHead => &["lmhead", "lm_head", "lmh"],
+        }
+    }
+}
+
 pub struct Model {
     pub manifest: Manifest,
     pub rt: Arc<Runtime>,
-    pub prefill: Option<(LoadedGraph, LayerIo)>,
-    pub decode: (LoadedGraph, LayerIo),
+    pub prefill: Option<LayerGraph>,
+    pub decode: LayerGraph,
     pub lmhead: LoadedGraph,
     pub embed: EmbedTable,
     pub tokenizer: Tokenizer,
@@ -58,19 +94,22 @@ pub struct Model {
     pub decode_step_bytes: usize,
     /// Why rpcmem is not in use (None when it is loaded).
     pub rpcmem_note: Option<String>,
+    /// Problems that did not stop the load (e.g. a refused performance vote).
+    pub warnings: Vec<String>,
 }
 
-fn role_words(role: &str) -> &'static [&'static str] {
-    match role {
-        "prefill" => &["prefill", "pf", "ar128", "full"],
-        "decode" => &["decode", "dec", "ar1"],
-        _ => &["lmhead", "lm_head", "lmh"],
+impl Model {
+    /// The dtype name of the decode graph's hidden-state input (the bundle's I/O type).
+    pub fn io_dtype(&self) -> &'static str {
+        let d = &self.decode;
+        qnn_sys::dtype::name(d.desc.inputs[d.io.x].dtype)
     }
 }
 
 /// Choose the graph for `role` from a binary: by manifest name, else the only graph, else
 /// the one whose name contains a role word.
-fn pick_graph<'a>(info: &'a BinaryInfo, r: &GraphRef, role: &str) -> Result<&'a GraphDesc> {
+fn pick_graph<'a>(info: &'a BinaryInfo, r: &GraphRef, role: GraphRole) -> Result<&'a GraphDesc> {
+    let role_key = role.as_str();
     let names = || {
         info.graphs
             .iter()
@@ -86,7 +125,7 @@ fn pick_graph<'a>(info: &'a BinaryInfo, r: &GraphRef, role: &str) -> Result<&'a 
             .ok_or_else(|| Error::File {
                 path: r.bin.clone(),
                 msg: format!(
-                    "no graph named {want:?} for {role} (the binary has: {})",
+                    "no graph named {want:?} for {role_key} (the binary has: {})",
                     names()
                 ),
             });
@@ -99,7 +138,7 @@ fn pick_graph<'a>(info: &'a BinaryInfo, r: &GraphRef, role: &str) -> Result<&'a 
         .iter()
         .filter(|g| {
             let n = g.name.to_lowercase();
-            role_words(role).iter().any(|w| n.contains(w))
+            role.name_words().iter().any(|w| n.contains(w))
         })
         .collect();
     match hits.as_slice() {
@@ -107,7 +146,7 @@ fn pick_graph<'a>(info: &'a BinaryInfo, r: &GraphRef, role: &str) -> Result<&'a 
         _ => Err(Error::File {
             path: r.bin.clone(),
             msg: format!(
-                "cannot tell which graph is the {role} graph (the binary has: {}); set artifacts.contexts.{role}.graph",
+                "cannot tell which graph is the {role_key} graph (the binary has: {}); set artifacts.contexts.{role_key}.graph",
                 names()
             ),
         }),
@@ -265,6 +304,19 @@ fn layer_io(m: &Manifest, g: &GraphDesc, decode: bool) -> Result<LayerIo> {
             past.push((pk, pv));
         }
     }
+    // A graph with more layers than the manifest says would run with unfed caches.
+    for role in ["new_k", "past_k"] {
+        let extra = nm(role, Some(p.n_layers));
+        if g.inputs.iter().chain(&g.outputs).any(|t| t.name == extra) {
+            return Err(Error::graph(
+                gn,
+                format!(
+                    "has tensor {extra:?}, a layer beyond params.n_layers={} (the manifest's layer count does not match the graph)",
+                    p.n_layers
+                ),
+            ));
+        }
+    }
     let ctx = past_shape.map_or(0, |s| s.rows);
     let want_mask = if decode {
         ctx
@@ -305,12 +357,69 @@ pub const END_TOKENS: &[&str] = &[
     "<|endoftext|>",
 ];
 
+#[derive(Debug, Clone)]
 pub struct LoadOptions {
     pub log_level: u32,
     /// HTP performance vote held while the model is loaded.
     pub perf: qnn::PerfMode,
     /// rpcmem library for zero-copy I/O (`libcdsprpc.so` by default); None disables it.
     pub rpcmem_lib: Option<PathBuf>,
+    /// Called with a short stage description as loading proceeds (e.g. a progress line).
+    pub progress: Option<fn(&str)>,
+    /// How the contexts of a multi-binary bundle are created.
+    pub context_load: ContextLoad,
+}
+
+/// How contexts are created from a bundle's binaries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ContextLoad {
+    /// One after another. The default: the x86 HTP backend crashed intermittently (SIGSEGV,
+    /// about 1 run in 30) when two threads were inside `contextCreateFromBinary` at once,
+    /// one deserialising a graph while the other set up the backend environment.
+    #[default]
+    Serial,
+    /// The first binary alone (it sets up the backend environment), the rest concurrently,
+    /// one thread per binary.
+    FirstThenParallel,
+}
+
+/// Run `load` over `bins` as `mode` says; results in `bins` order.
+fn run_in_order<T: Send>(
+    bins: &[PathBuf],
+    mode: ContextLoad,
+    load: impl Fn(&PathBuf) -> Result<T> + Sync,
+) -> Vec<Result<T>> {
+    match (mode, bins.split_first()) {
+        (ContextLoad::FirstThenParallel, Some((first, rest))) if rest.len() > 1 => {
+            let head = load(first);
+            if head.is_err() {
+                return vec![head];
+            }
+            let tail: Vec<Result<T>> = std::thread::scope(|sc| {
+                let hs: Vec<_> = rest.iter().map(|b| sc.spawn(|| load(b))).collect();
+                hs.into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or_else(|_| Err(Error::ThreadPanicked("context-loading")))
+                    })
+                    .collect()
+            });
+            std::iter::once(head).chain(tail).collect()
+        }
+        _ => {
+            // Stop at the first failure: later contexts would be freed unused.
+            let mut out = Vec::with_capacity(bins.len());
+            for b in bins {
+                let r = load(b);
+                let failed = r.is_err();
+                out.push(r);
+                if failed {
+                    break;
+                }
+            }
+            out
+        }
+    }
 }
 
 impl Default for LoadOptions {
@@ -323,100 +432,43 @@ impl Default for LoadOptions {
             } else {
                 "libcdsprpc.so"
             })),
+            progress: None,
+            context_load: ContextLoad::default(),
         }
     }
 }
 
+/// Contexts created from the bundle's binaries, by file.
+type Contexts = HashMap<PathBuf, (Arc<Context>, BinaryInfo)>;
+
 impl Model {
+    /// Load a bundle: check its files, open the QNN libraries, create a context per binary,
+    /// pick and validate the prefill, decode and lm-head graphs.
     pub fn load(m: Manifest, backend: &Path, system: &Path, opts: &LoadOptions) -> Result<Model> {
         let t0 = Instant::now();
-        // Files first: a missing artifact should not wait for the NPU.
-        for (what, p) in [("tokenizer", &m.tokenizer), ("embedding table", &m.embed)] {
-            if !p.is_file() {
-                return Err(Error::File {
-                    path: p.clone(),
-                    msg: format!(
-                        "{what} not found (artifact paths resolve against the artifacts root)"
-                    ),
-                });
+        let progress = |stage: &str| {
+            if let Some(p) = opts.progress {
+                p(stage)
             }
-        }
+        };
+        check_files(&m)?;
         // The tokenizer (the slowest host part of a cold start: a 150k-token BPE) loads on
         // its own thread while the embedding is mapped and the contexts are created. Its
         // errors still take precedence, as when it loaded first.
         let tok_path = m.tokenizer.clone();
         let tok_thread = std::thread::spawn(move || Tokenizer::load(&tok_path));
         let stage2 = || -> Result<_> {
+            progress("embedding table");
             let embed = EmbedTable::open(&m.embed, m.embed_dtype, m.params.vocab, m.params.hidden)?;
-            let mut rt = Runtime::new(backend, system, opts.log_level)?;
-            rt.set_perf(opts.perf)?;
-            let rpcmem_note = match &opts.rpcmem_lib {
-                Some(p) => rt.load_rpcmem(p).err(),
-                None => Some("disabled".to_string()),
-            };
-            let rt = Arc::new(rt);
-
-            // Each distinct binary once: metadata via libQnnSystem, then a context.
-            let mut refs: Vec<(&str, &GraphRef)> = Vec::new();
-            if let Some(p) = &m.prefill {
-                refs.push(("prefill", p));
-            }
-            refs.push(("decode", &m.decode));
-            refs.push(("lmhead", &m.lmhead));
-            // Each distinct binary once, all concurrently (one thread per binary): map it, read
-            // its metadata via libQnnSystem, create its context, and drop the mapping right
-            // away, so peak RSS holds at most the binaries still being created.
-            let mut bins: Vec<PathBuf> = Vec::new();
-            for (_, r) in &refs {
-                if !bins.contains(&r.bin) {
-                    bins.push(r.bin.clone());
-                }
-            }
-            let load_one = |bin: &PathBuf| -> Result<(Arc<Context>, BinaryInfo, f64)> {
-                let tc = Instant::now();
-                let file = std::fs::File::open(bin).map_err(|e| Error::io(bin, e))?;
-                let len = file.metadata().map_err(|e| Error::io(bin, e))?.len();
-                if len == 0 {
-                    return Err(Error::File {
-                        path: bin.clone(),
-                        msg: "context binary is empty".into(),
-                    });
-                }
-                let map = qnn::map_file(&file, bin)?;
-                let info = qnn::read_binary_info(&rt, &map, bin)?;
-                let ctx = Context::from_binary(&rt, &map, bin)?;
-                drop(map);
-                Ok((ctx, info, t0_ms(tc)))
-            };
-            let results: Vec<Result<(Arc<Context>, BinaryInfo, f64)>> = if bins.len() > 1 {
-                std::thread::scope(|sc| {
-                    let hs: Vec<_> = bins.iter().map(|b| sc.spawn(|| load_one(b))).collect();
-                    hs.into_iter()
-                        .map(|h| {
-                            h.join().unwrap_or_else(|_| {
-                                Err(Error::Input("a context-loading thread panicked".into()))
-                            })
-                        })
-                        .collect()
-                })
-            } else {
-                bins.iter().map(load_one).collect()
-            };
-            let mut contexts: HashMap<PathBuf, (Arc<Context>, BinaryInfo)> = HashMap::new();
-            let mut context_ms = Vec::new();
-            // The first failure in manifest order is reported; contexts already created are
-            // dropped (freed) with `contexts` on return.
-            for (bin, r) in bins.iter().zip(results) {
-                let (ctx, info, ms) = r?;
-                context_ms.push((bin.clone(), ms));
-                contexts.insert(bin.clone(), (ctx, info));
-            }
-            Ok((embed, rt, rpcmem_note, contexts, context_ms))
+            progress("QNN libraries");
+            let (rt, rpcmem_note, warnings) = open_runtime(backend, system, opts)?;
+            let (contexts, context_ms) = create_contexts(&rt, &m, opts.context_load, &progress)?;
+            Ok((embed, rt, rpcmem_note, warnings, contexts, context_ms))
         };
         let stage2 = stage2();
-        let tokenizer = tok_thread.join().unwrap_or_else(|_| {
-            Err(Error::Input("the tokenizer-loading thread panicked".into()))
-        })?;
+        let tokenizer = tok_thread
+            .join()
+            .unwrap_or_else(|_| Err(Error::ThreadPanicked("tokenizer-loading")))?;
         if tokenizer.vocab_size() > m.params.vocab {
             return Err(Error::Tokenizer {
                 path: m.tokenizer.clone(),
@@ -427,131 +479,233 @@ impl Model {
                 ),
             });
         }
-        let (embed, rt, rpcmem_note, contexts, context_ms) = stage2?;
-        let load_graph = |role: &str, r: &GraphRef| -> Result<LoadedGraph> {
-            let (ctx, info) = &contexts[&r.bin];
-            let desc = pick_graph(info, r, role)?.clone();
-            check_dtypes(&desc)?;
-            let graph = ctx.graph(&desc.name)?;
-            Ok(LoadedGraph { graph, desc })
-        };
+        let (embed, rt, rpcmem_note, warnings, contexts, context_ms) = stage2?;
+        progress("graphs");
         let prefill = match &m.prefill {
-            Some(r) => {
-                let g = load_graph("prefill", r)?;
-                let io = layer_io(&m, &g.desc, false)?;
-                Some((g, io))
-            }
+            Some(r) => Some(layer_graph(&m, &contexts, r, GraphRole::Prefill)?),
             None => None,
         };
-        let dg = load_graph("decode", &m.decode)?;
-        let dio = layer_io(&m, &dg.desc, true)?;
-        let lmhead = load_graph("lmhead", &m.lmhead)?;
-        {
-            let d = &lmhead.desc;
-            if d.inputs.len() != 1 || d.outputs.len() != 1 {
-                return Err(Error::graph(
-                    &d.name,
-                    format!(
-                        "an lm-head graph has one input and one output, this one has {} and {}",
-                        d.inputs.len(),
-                        d.outputs.len()
-                    ),
-                ));
-            }
-            if d.inputs[0].elems() != m.params.hidden {
-                return Err(Error::graph(
-                    &d.name,
-                    format!(
-                        "input {} should hold hidden={}",
-                        d.inputs[0].describe(),
-                        m.params.hidden
-                    ),
-                ));
-            }
-            if d.outputs[0].elems() != m.params.vocab {
-                return Err(Error::graph(
-                    &d.name,
-                    format!(
-                        "output {} should hold vocab={}",
-                        d.outputs[0].describe(),
-                        m.params.vocab
-                    ),
-                ));
-            }
+        let decode = layer_graph(&m, &contexts, &m.decode, GraphRole::Decode)?;
+        let lmhead = load_graph(&contexts, &m.lmhead, GraphRole::LmHead)?;
+        check_lmhead(&m, &lmhead.desc)?;
+        if let Some(pre) = &prefill {
+            check_prefill_shares_cache(pre, &decode)?;
         }
-        if let Some((pg, pio)) = &prefill {
-            if pio.new_shape.rows != pio.rows {
-                return Err(Error::graph(
-                    &pg.desc.name,
-                    "new_k/new_v rows disagree with x",
-                ));
-            }
-            if pio.ctx > 0 && pio.ctx != dio.ctx {
-                return Err(Error::graph(
-                    &pg.desc.name,
-                    format!(
-                        "past inputs hold {} positions but the decode cache holds {}",
-                        pio.ctx, dio.ctx
-                    ),
-                ));
-            }
-            // Chunked prefill reads the decode cache in place: same layout, dtype and scale.
-            for (&(pk, pv), &(dk, dv)) in pio.past.iter().zip(&dio.past) {
-                for (a, b) in [(pk, dk), (pv, dv)] {
-                    let (ta, tb) = (&pg.desc.inputs[a], &dg.desc.inputs[b]);
-                    if ta.dims != tb.dims || ta.dtype != tb.dtype || ta.quant != tb.quant {
-                        return Err(Error::graph(
-                            &pg.desc.name,
-                            format!(
-                                "input {} must match the decode cache {} (dims, dtype and quantization) to share it",
-                                ta.describe(),
-                                tb.describe()
-                            ),
-                        ));
-                    }
-                }
-            }
-        }
-        let max_ctx = m.params.max_ctx.min(dio.ctx);
-        let mut eos = m.eos.clone();
-        for t in END_TOKENS {
-            if let Some(id) = tokenizer.token_id(t) {
-                if !eos.contains(&id) {
-                    eos.push(id);
-                }
-            }
-        }
-        let decode_step_bytes = {
-            let es = |t: &TensorDesc| qnn_sys::dtype::size_of(t.dtype).unwrap_or(0);
-            let d = &dg.desc;
-            let row = |i: usize| es(&d.inputs[i]) * dio.new_shape.n_kv * dio.new_shape.head_dim;
-            m.params.hidden * es(&d.inputs[dio.x])
-                + m.params.head_dim * (es(&d.inputs[dio.cos]) + es(&d.inputs[dio.sin]))
-                + es(&d.inputs[dio.mask])
-                + dio
-                    .past
-                    .iter()
-                    .map(|&(k, v)| row(k) + row(v))
-                    .sum::<usize>()
-                + m.params.hidden * es(&lmhead.desc.inputs[0])
-        };
-        let load_ms = t0_ms(t0);
+        let max_ctx = m.params.max_ctx.min(decode.io.ctx);
+        let eos = end_tokens(&m, &tokenizer);
+        let decode_step_bytes = decode_step_bytes(&m, &decode, &lmhead.desc);
         Ok(Model {
             eos,
             manifest: m,
             rt,
             prefill,
-            decode: (dg, dio),
+            decode,
             lmhead,
             embed,
             tokenizer,
             max_ctx,
-            load_ms,
+            load_ms: t0_ms(t0),
             context_ms,
             decode_step_bytes,
             rpcmem_note,
+            warnings,
         })
     }
+}
+
+/// Files first: a missing artifact should not wait for the NPU.
+fn check_files(m: &Manifest) -> Result<()> {
+    for (what, p) in [("tokenizer", &m.tokenizer), ("embedding table", &m.embed)] {
+        if !p.is_file() {
+            return Err(Error::File {
+                path: p.clone(),
+                msg: format!(
+                    "{what} not found (artifact paths resolve against the artifacts root)"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Open the libraries, vote for performance and load rpcmem. A refused vote is a warning:
+/// the run goes on at the backend's default clocks.
+pub(crate) fn open_runtime(
+    backend: &Path,
+    system: &Path,
+    opts: &LoadOptions,
+) -> Result<(Arc<Runtime>, Option<String>, Vec<String>)> {
+    let mut warnings = Vec::new();
+    let mut rt = Runtime::new(backend, system, opts.log_level)?;
+    if let Err(e) = rt.set_perf(opts.perf) {
+        warnings.push(format!(
+            "the {} performance vote failed, running without one: {e}",
+            opts.perf.as_str()
+        ));
+    }
+    let rpcmem_note = match &opts.rpcmem_lib {
+        Some(p) => rt.load_rpcmem(p).err(),
+        None => Some("disabled".to_string()),
+    };
+    Ok((Arc::new(rt), rpcmem_note, warnings))
+}
+
+/// Each distinct binary once: map it, read its metadata via libQnnSystem, create its
+/// context, and drop the mapping right away, so peak RSS holds at most the binaries still
+/// being created. The first failure in manifest order is reported; contexts already created
+/// are freed on return.
+fn create_contexts(
+    rt: &Arc<Runtime>,
+    m: &Manifest,
+    mode: ContextLoad,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<(Contexts, Vec<(PathBuf, f64)>)> {
+    let mut bins: Vec<PathBuf> = Vec::new();
+    for r in m.prefill.iter().chain([&m.decode, &m.lmhead]) {
+        if !bins.contains(&r.bin) {
+            bins.push(r.bin.clone());
+        }
+    }
+    let n = bins.len();
+    let load_one = |bin: &PathBuf| -> Result<(Arc<Context>, BinaryInfo, f64)> {
+        let i = bins.iter().position(|b| b == bin).unwrap_or(0);
+        let name = bin.file_name().unwrap_or_default().to_string_lossy();
+        progress(&format!("context {}/{n} ({name})", i + 1));
+        let tc = Instant::now();
+        let file = std::fs::File::open(bin).map_err(|e| Error::io(bin, e))?;
+        let len = file.metadata().map_err(|e| Error::io(bin, e))?.len();
+        if len == 0 {
+            return Err(Error::File {
+                path: bin.clone(),
+                msg: "context binary is empty".into(),
+            });
+        }
+        let map = qnn::map_file(&file, bin)?;
+        let info = qnn::read_binary_info(rt, &map, bin)?;
+        let ctx = Context::from_binary(rt, &map, bin)?;
+        drop(map);
+        Ok((ctx, info, t0_ms(tc)))
+    };
+    let results = run_in_order(&bins, mode, load_one);
+    let mut contexts = Contexts::new();
+    let mut context_ms = Vec::new();
+    for (bin, r) in bins.iter().zip(results) {
+        let (ctx, info, ms) = r?;
+        context_ms.push((bin.clone(), ms));
+        contexts.insert(bin.clone(), (ctx, info));
+    }
+    Ok((contexts, context_ms))
+}
+
+fn load_graph(contexts: &Contexts, r: &GraphRef, role: GraphRole) -> Result<LoadedGraph> {
+    let (ctx, info) = &contexts[&r.bin];
+    let desc = pick_graph(info, r, role)?.clone();
+    check_dtypes(&desc)?;
+    let graph = ctx.graph(&desc.name)?;
+    Ok(LoadedGraph { graph, desc })
+}
+
+fn layer_graph(
+    m: &Manifest,
+    contexts: &Contexts,
+    r: &GraphRef,
+    role: GraphRole,
+) -> Result<LayerGraph> {
+    let LoadedGraph { graph, desc } = load_graph(contexts, r, role)?;
+    let io = layer_io(m, &desc, role == GraphRole::Decode)?;
+    if role == GraphRole::Prefill && io.new_shape.rows != io.rows {
+        return Err(Error::graph(&desc.name, "new_k/new_v rows disagree with x"));
+    }
+    Ok(LayerGraph { graph, desc, io })
+}
+
+/// An lm-head maps one hidden state to vocab logits.
+fn check_lmhead(m: &Manifest, d: &GraphDesc) -> Result<()> {
+    if d.inputs.len() != 1 || d.outputs.len() != 1 {
+        return Err(Error::graph(
+            &d.name,
+            format!(
+                "an lm-head graph has one input and one output, this one has {} and {}",
+                d.inputs.len(),
+                d.outputs.len()
+            ),
+        ));
+    }
+    if d.inputs[0].elems() != m.params.hidden {
+        return Err(Error::graph(
+            &d.name,
+            format!(
+                "input {} should hold hidden={}",
+                d.inputs[0].describe(),
+                m.params.hidden
+            ),
+        ));
+    }
+    if d.outputs[0].elems() != m.params.vocab {
+        return Err(Error::graph(
+            &d.name,
+            format!(
+                "output {} should hold vocab={}",
+                d.outputs[0].describe(),
+                m.params.vocab
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A chunked prefill reads the decode cache in place: same capacity, layout, dtype and
+/// scale.
+fn check_prefill_shares_cache(pre: &LayerGraph, dec: &LayerGraph) -> Result<()> {
+    if pre.io.ctx > 0 && pre.io.ctx != dec.io.ctx {
+        return Err(Error::graph(
+            &pre.desc.name,
+            format!(
+                "past inputs hold {} positions but the decode cache holds {}",
+                pre.io.ctx, dec.io.ctx
+            ),
+        ));
+    }
+    for (&(pk, pv), &(dk, dv)) in pre.io.past.iter().zip(&dec.io.past) {
+        for (a, b) in [(pk, dk), (pv, dv)] {
+            let (ta, tb) = (&pre.desc.inputs[a], &dec.desc.inputs[b]);
+            if ta.dims != tb.dims || ta.dtype != tb.dtype || ta.quant != tb.quant {
+                return Err(Error::graph(
+                    &pre.desc.name,
+                    format!(
+                        "input {} must match the decode cache {} (dims, dtype and quantization) to share it",
+                        ta.describe(),
+                        tb.describe()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The manifest's eos ids plus the tokenizer's well-known end tokens.
+fn end_tokens(m: &Manifest, tokenizer: &Tokenizer) -> Vec<u32> {
+    let mut eos = m.eos.clone();
+    for t in END_TOKENS {
+        if let Some(id) = tokenizer.token_id(t) {
+            if !eos.contains(&id) {
+                eos.push(id);
+            }
+        }
+    }
+    eos
+}
+
+fn decode_step_bytes(m: &Manifest, dec: &LayerGraph, lmhead: &GraphDesc) -> usize {
+    let es = |t: &TensorDesc| qnn_sys::dtype::size_of(t.dtype).unwrap_or(0);
+    let (d, io) = (&dec.desc, &dec.io);
+    let row = |i: usize| es(&d.inputs[i]) * io.new_shape.n_kv * io.new_shape.head_dim;
+    m.params.hidden * es(&d.inputs[io.x])
+        + m.params.head_dim * (es(&d.inputs[io.cos]) + es(&d.inputs[io.sin]))
+        + es(&d.inputs[io.mask])
+        + io.past.iter().map(|&(k, v)| row(k) + row(v)).sum::<usize>()
+        + m.params.hidden * es(&lmhead.inputs[0])
 }
 
 fn t0_ms(t: Instant) -> f64 {

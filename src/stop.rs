@@ -63,11 +63,6 @@ impl StopMatcher {
             stopped: false,
         }
     }
-
-    /// The held-back text once generation ends without a stop.
-    pub fn finish(&mut self) -> String {
-        std::mem::take(&mut self.pending)
-    }
 }
 
 #[cfg(test)]
@@ -123,7 +118,6 @@ mod tests {
             }
         );
         assert_eq!(s.push("xS").emit, "x");
-        assert_eq!(s.finish(), "S");
     }
 
     #[test]

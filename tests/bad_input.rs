@@ -7,7 +7,6 @@ use common::*;
 use qnn_emu::writer::SynthSpec;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 struct Case {
     name: &'static str,
@@ -126,19 +125,21 @@ fn cases() -> Vec<Case> {
         needles: vec!["tiny.json"],
     });
     let (d, m) = fresh("nosym");
+    // This build's own architecture: a multiarch host can hold several (x86_64 and arm64
+    // under qemu), and a foreign libm fails to load before any symbol lookup.
+    let arch = std::env::consts::ARCH;
     let libc = [
-        "/lib/x86_64-linux-gnu/libm.so.6",
-        "/usr/lib/x86_64-linux-gnu/libm.so.6",
-        "/lib/aarch64-linux-gnu/libm.so.6",
+        format!("/lib/{arch}-linux-gnu/libm.so.6"),
+        format!("/usr/lib/{arch}-linux-gnu/libm.so.6"),
     ]
     .into_iter()
     .find(|p| Path::new(p).exists())
-    .unwrap_or("/lib/x86_64-linux-gnu/libm.so.6");
+    .unwrap_or_else(|| format!("/lib/{arch}-linux-gnu/libm.so.6"));
     v.push(Case {
         name: "library without the QNN symbol",
         args: os(vec![
             m.display().to_string(),
-            libc.into(),
+            libc,
             lib.clone(),
             d.display().to_string(),
             "4".into(),
@@ -612,7 +613,7 @@ fn cases() -> Vec<Case> {
         name: "bad --expect-tokens list",
         args: a,
         env: vec![],
-        code: 1,
+        code: 2,
         needles: vec!["--expect-tokens", "1,x,3"],
     });
     let (d, m) = fresh("fdevice");
@@ -623,6 +624,50 @@ fn cases() -> Vec<Case> {
         code: 1,
         needles: vec!["14002", "device"],
     });
+    // --- Genie bundles (genie_config.json in the manifest position) ---
+    for (name, edit, needles) in [
+        (
+            "Genie config with an unknown key",
+            genie_edit(|c| c["dialog"]["engine"]["backend"]["QnnHtp"]["kv-dims"] = 8.into()),
+            vec!["dialog.engine.backend.QnnHtp", "kv-dims"],
+        ),
+        (
+            "Genie config naming a missing ctx-bin",
+            genie_edit(|c| {
+                c["dialog"]["engine"]["model"]["binary"]["ctx-bins"] =
+                    serde_json::json!(["tiny_decode.bin", "missing_ar1.bin"])
+            }),
+            vec!["missing_ar1.bin", "not found"],
+        ),
+        (
+            "Genie config over a context binary without attention_mask",
+            genie_edit(|_| {}),
+            vec!["no attention_mask input", "tiny_decode"],
+        ),
+        (
+            "Genie config with another backend type",
+            genie_edit(|c| c["dialog"]["engine"]["backend"]["type"] = "QnnGpu".into()),
+            vec!["QnnGpu", "only \"QnnHtp\""],
+        ),
+        (
+            "Genie config with a sampler top-p of 0",
+            genie_edit(|c| {
+                c["dialog"]["sampler"] = serde_json::json!({"version": 1, "top-p": 0.0})
+            }),
+            vec!["dialog.sampler.top-p", "out of range"],
+        ),
+    ] {
+        let (d, _) = fresh(name);
+        let cfg = d.join("genie_config.json");
+        std::fs::write(&cfg, serde_json::to_vec_pretty(&edit).unwrap()).unwrap();
+        v.push(Case {
+            name,
+            args: std_args(&cfg, &d, "4", "hi"),
+            env: vec![],
+            code: 1,
+            needles,
+        });
+    }
     v
 }
 
@@ -632,7 +677,7 @@ fn bad_input_catalogue() {
     let n = cases.len();
     let mut failures = Vec::new();
     for c in cases {
-        let mut cmd = Command::new(bin());
+        let mut cmd = command(bin());
         cmd.args(&c.args);
         for (k, val) in &c.env {
             cmd.env(k, val);
@@ -665,4 +710,19 @@ fn bad_input_catalogue() {
     println!("bad-input catalogue: {n} cases, {} failed", failures.len());
     assert!(n >= 40, "catalogue has only {n} cases");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A Genie config over the tiny emulator bundle's decode binary (which has no Genie
+/// tensors), after `f`.
+fn genie_edit(f: impl FnOnce(&mut serde_json::Value)) -> serde_json::Value {
+    let mut c = serde_json::json!({"dialog": {
+        "version": 1, "type": "basic",
+        "context": {"version": 1, "size": 64, "n-vocab": 258, "bos-token": 1, "eos-token": 2},
+        "tokenizer": {"version": 1, "path": "tokenizer.json"},
+        "engine": {"version": 1, "n-threads": 1,
+            "backend": {"version": 1, "type": "QnnHtp", "QnnHtp": {"version": 1, "kv-dim": 16}},
+            "model": {"version": 1, "type": "binary",
+                "binary": {"version": 1, "ctx-bins": ["tiny_decode.bin"]}}}}});
+    f(&mut c);
+    c
 }

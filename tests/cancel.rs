@@ -19,7 +19,7 @@ fn run_and_signal(sig: &str, tag: &str) {
     let trace = dir.join("trace.json");
     let lib = emu();
     let n = 200;
-    let mut child = Command::new(bin())
+    let mut child = command(bin())
         .arg(&m)
         .arg(&lib)
         .arg(&lib)
@@ -98,7 +98,7 @@ fn sigint_during_the_prompt_stops_before_any_token() {
     let (dir, m) = bundle("cancel-prompt", &spec);
     let trace = dir.join("trace.json");
     let lib = emu();
-    let mut child = Command::new(bin())
+    let mut child = command(bin())
         .arg(&m)
         .arg(&lib)
         .arg(&lib)

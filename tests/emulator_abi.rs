@@ -5,7 +5,15 @@ mod common;
 
 use qhx::qnn::{read_binary_info, Binding, Context, Runtime};
 use qnn_emu::writer::{context_binary, graphs, weights, SynthSpec};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+/// The tests share one emulator (and its log) per process: one at a time, so a backend error
+/// line quoted in an error belongs to the test that caused it.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn rms_norm_matmul(x: &[f32], norm: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     let h = x.len();
@@ -23,6 +31,7 @@ fn rms_norm_matmul(x: &[f32], norm: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
 
 #[test]
 fn lm_head_graph_executes_through_the_c_abi() {
+    let _serial = serial();
     let spec = SynthSpec {
         vocab: 300,
         hidden: 48,
@@ -74,6 +83,7 @@ fn lm_head_graph_executes_through_the_c_abi() {
 
 #[test]
 fn execute_rejects_a_wrong_buffer_with_a_graph_error() {
+    let _serial = serial();
     let spec = SynthSpec::default();
     let w = weights(&spec);
     let (_, _, lm) = graphs(&spec);
@@ -97,6 +107,7 @@ fn execute_rejects_a_wrong_buffer_with_a_graph_error() {
 
 #[test]
 fn garbage_binary_is_a_malformed_binary_error() {
+    let _serial = serial();
     let lib = common::emu();
     let rt = Arc::new(Runtime::new(&lib, &lib, 0).unwrap());
     let junk: Vec<u8> = (0..4096u32)
@@ -110,4 +121,72 @@ fn garbage_binary_is_a_malformed_binary_error() {
         .expect("must fail")
         .to_string();
     assert!(e.contains("5005") && e.contains("junk.bin"), "{e}");
+}
+
+/// The real backend scopes a mem handle to the context it was registered in; the emulator
+/// must refuse one from another context, or a host bug sharing handles would pass here.
+#[test]
+fn a_mem_handle_from_another_context_is_rejected() {
+    let _serial = serial();
+    let spec = SynthSpec::default();
+    let w = weights(&spec);
+    let (_, _, lm) = graphs(&spec);
+    let bin = context_binary(&spec, &[lm], &w, |n| {
+        n == "output_norm.weight" || n == "token_embd.weight"
+    });
+    let path = common::tmp("abi-memctx").join("lm.bin");
+    std::fs::write(&path, &bin).unwrap();
+    let lib = common::emu();
+    let mut rt = Runtime::new(&lib, &lib, 0).unwrap();
+    rt.load_rpcmem(&lib).expect("the emulator exports rpcmem");
+    let rt = Arc::new(rt);
+    let info = read_binary_info(&rt, &bin, &path).unwrap();
+    let g = &info.graphs[0];
+    let (c1, c2) = (
+        Context::from_binary(&rt, &bin, &path).unwrap(),
+        Context::from_binary(&rt, &bin, &path).unwrap(),
+    );
+    let (g1, g2) = (c1.graph(&g.name).unwrap(), c2.graph(&g.name).unwrap());
+    let mut b = Binding::for_graph(&g1, g).unwrap();
+    assert!(b.is_shared(), "registered in context 1");
+    g1.execute(&mut b)
+        .expect("its own context accepts the handles");
+    let e = g2.execute(&mut b).unwrap_err().to_string();
+    assert!(e.contains("6004"), "{e}");
+    assert!(e.contains("another context"), "{e}");
+}
+
+/// Fixed-point tensors must carry the binary's own scale/offset at execute.
+#[test]
+fn fixed_point_tensors_must_carry_the_binarys_quantization() {
+    let _serial = serial();
+    let spec = SynthSpec {
+        io: "ufixed16".into(),
+        ..Default::default()
+    };
+    let w = weights(&spec);
+    // The decode graph: its hidden state and K/V are fixed point (the lm-head is f16).
+    let (_, dec, _) = graphs(&spec);
+    let bin = context_binary(&spec, &[dec], &w, |n| n.starts_with("blk."));
+    let path = common::tmp("abi-quant").join("lm.bin");
+    std::fs::write(&path, &bin).unwrap();
+    let lib = common::emu();
+    let rt = Arc::new(Runtime::new(&lib, &lib, 0).unwrap());
+    let info = read_binary_info(&rt, &bin, &path).unwrap();
+    let g = info.graphs[0].clone();
+    assert!(g.inputs[0].quant.is_some(), "{:?}", g.inputs[0]);
+    let ctx = Context::from_binary(&rt, &bin, &path).unwrap();
+    let graph = ctx.graph(&g.name).unwrap();
+    graph
+        .execute(&mut Binding::new(&g))
+        .expect("the binary's own params pass");
+    let mut bad = g.clone();
+    // SAFETY: the SCALE_OFFSET member is the one this tensor's encoding selects.
+    unsafe { bad.inputs[0].raw_quant.encoding.scale_offset.scale *= 2.0 };
+    let e = graph
+        .execute(&mut Binding::new(&bad))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("6004"), "{e}");
+    assert!(e.contains("quantization differs"), "{e}");
 }

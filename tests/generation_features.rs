@@ -100,7 +100,7 @@ fn stop_string_from_a_golden_ends_the_run_and_is_not_printed() {
 fn public_clone_argument_order_is_understood() {
     let (d, m) = bundle("argorder", &SynthSpec::default());
     let lib = emu();
-    let o = std::process::Command::new(bin())
+    let o = command(bin())
         .arg(&m)
         .arg(&lib)
         .arg(&lib)

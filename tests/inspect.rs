@@ -6,14 +6,14 @@ mod common;
 use common::*;
 use qnn_emu::writer::SynthSpec;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn inspect_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_qhx_inspect"))
 }
 
 fn inspect(backend: &str, bins: &[&Path], extra: &[&str]) -> Output {
-    Command::new(inspect_bin())
+    command(inspect_bin())
         .arg(backend)
         .arg(emu())
         .args(bins)
@@ -154,7 +154,7 @@ fn random_file_is_a_one_line_error() {
     let o = inspect("-", &[], &[]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     // A system library that is not one.
-    let o = Command::new(inspect_bin())
+    let o = command(inspect_bin())
         .arg("-")
         .arg(&p)
         .arg(&p)

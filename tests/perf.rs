@@ -296,7 +296,8 @@ fn votes_are_released_on_error_paths() {
     );
     assert_eq!(o.status.code(), Some(1));
     assert_released(&t);
-    // setPowerConfig itself failing: the created id is destroyed, the error names the step.
+    // setPowerConfig itself failing: the created id is destroyed, and the run goes on
+    // unvoted with a warning that names the step (it used to fail the run).
     let (o, t) = traced(
         "perf-set-fail",
         &SynthSpec::default(),
@@ -304,52 +305,148 @@ fn votes_are_released_on_error_paths() {
         &[],
         &[("QNN_EMU_FAIL", "setPowerConfig=13006")],
     );
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let warning = stderr(&o)
+        .lines()
+        .find(|l| l.starts_with("qhx: warning: the burst performance vote failed"))
+        .map(str::to_string);
+    let warning = warning.unwrap_or_else(|| panic!("no warning: {}", stderr(&o)));
     assert!(
-        stderr(&o).contains("setting the burst power config"),
-        "{}",
-        stderr(&o)
+        warning.contains("setting the burst power config"),
+        "{warning}"
     );
-    assert_released(&t);
+    assert!(!stdout(&o).trim().is_empty(), "the run generates unvoted");
+    assert_eq!(
+        t["live"]["power_config"], 0,
+        "power config id not destroyed"
+    );
+}
+
+/// `--bench` with only the bundle positionals (no n_tokens, no prompt), as llama-bench.
+fn bench(tag: &str, extra: &[&str]) -> (std::process::Output, String) {
+    let (dir, m) = bundle(tag, &SynthSpec::default());
+    let lib = emu();
+    let o = common::command(bin())
+        .arg(&m)
+        .arg(&lib)
+        .arg(&lib)
+        .arg(&dir)
+        .arg("--bench")
+        .args(extra)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    (o, out)
 }
 
 #[test]
-fn bench_json_has_pp_and_tg_rows_with_mean_and_stddev() {
-    let (dir, m) = bundle("bench-json", &SynthSpec::default());
-    let o = generate(
-        &m,
-        &dir,
-        "8",
-        "bench",
-        &["--bench", "--json", "-r", "3", "--pp", "12", "--tg", "16"],
-        &[],
+fn bench_json_rows_use_llama_bench_field_names() {
+    let (o, _) = bench(
+        "bench-json",
+        &["-o", "json", "-r", "3", "-p", "12,0", "-n", "16"],
     );
-    assert!(o.status.success(), "{}", stderr(&o));
     let v = json(&o);
-    let rows = v["results"].as_array().expect("results");
-    let tests: Vec<&str> = rows.iter().map(|r| r["test"].as_str().unwrap()).collect();
-    assert_eq!(tests, ["pp12", "tg16"]);
+    let rows = v.as_array().expect("a JSON array of rows");
+    let sizes: Vec<(u64, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["n_prompt"].as_u64().unwrap(),
+                r["n_gen"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(sizes, [(12, 0), (0, 16)], "0 skips a test");
     for r in rows {
-        assert!(r["mean_tok_s"].as_f64().unwrap() > 0.0, "{r}");
-        assert!(r["stddev_tok_s"].as_f64().unwrap() >= 0.0, "{r}");
-        assert_eq!(r["samples_tok_s"].as_array().unwrap().len(), 3);
+        for key in [
+            "build_commit",
+            "model_filename",
+            "model_type",
+            "model_size",
+            "model_n_params",
+            "backends",
+            "n_depth",
+            "test_time",
+        ] {
+            assert!(!r[key].is_null(), "no {key}: {r}");
+        }
+        assert!(r["avg_ts"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["stddev_ts"].as_f64().unwrap() >= 0.0, "{r}");
+        let ns: Vec<u64> = r["samples_ns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect();
+        assert_eq!(ns.len(), 3);
+        // avg_ns is the mean of the samples; avg_ts the mean of the per-sample rates.
+        let mean = ns.iter().sum::<u64>() as f64 / 3.0;
+        assert!((r["avg_ns"].as_f64().unwrap() - mean).abs() <= 1.0, "{r}");
+        let n = (r["n_prompt"].as_u64().unwrap() + r["n_gen"].as_u64().unwrap()) as f64;
+        let ts: f64 = ns.iter().map(|&x| n * 1e9 / x as f64).sum::<f64>() / 3.0;
+        assert!(
+            (r["avg_ts"].as_f64().unwrap() - ts).abs() < 1e-6 * ts,
+            "{r}"
+        );
+        assert_eq!(r["qnn_api"], "2.32.0");
+        assert_eq!(r["perf_mode"], "burst");
+        assert_eq!(r["io_mode"], "client");
+        assert_eq!(r["soc_model"], 87);
     }
-    assert_eq!(v["qnn_api"], "2.32.0");
-    assert_eq!(v["perf_mode"], "burst");
-    assert_eq!(v["io_mode"], "client");
-    assert_eq!(v["device"]["soc_model"], 87);
-    // The table form: one header and two rows on stdout.
-    let o = generate(
-        &m,
-        &dir,
-        "8",
-        "bench",
-        &["--bench", "-r", "2", "--pp", "12", "--tg", "8"],
-        &[],
+    // --json means -o json; jsonl is one object per line.
+    let (o, _) = bench(
+        "bench-json-flag",
+        &["--json", "-r", "1", "-p", "4", "-n", "0"],
     );
-    assert!(o.status.success());
-    let out = stdout(&o);
-    assert!(out.contains("| pp12 |") && out.contains("| tg8 |"), "{out}");
+    assert_eq!(json(&o).as_array().unwrap().len(), 1);
+    let (_, out) = bench(
+        "bench-jsonl",
+        &["-o", "jsonl", "-r", "1", "-p", "4", "-n", "2"],
+    );
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[1]["n_gen"], 2);
+}
+
+#[test]
+fn bench_md_is_a_padded_table_with_a_build_footer() {
+    let (o, out) = bench("bench-md", &["-r", "2", "-p", "12", "-n", "8,0"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 6, "{out}");
+    let table = &lines[..4];
+    let width = table[0].chars().count();
+    for l in table {
+        assert!(l.starts_with("| ") && l.ends_with(" |"), "{l}");
+        assert_eq!(
+            l.chars().count(),
+            width,
+            "rows are padded to one width:\n{out}"
+        );
+    }
+    for h in ["model", "size", "params", "backend", "I/O", "test", "t/s"] {
+        assert!(table[0].contains(&format!(" {h} ")), "{h}: {}", table[0]);
+    }
+    assert!(
+        table[2].contains(" pp12 |") && table[3].contains(" tg8 |"),
+        "{out}"
+    );
+    assert!(table[2].contains(" ± "), "{out}");
+    assert_eq!(lines[4], "");
+    assert!(lines[5].starts_with("build: qhx "), "{out}");
+    assert!(!stderr(&o).contains("panicked"));
+    // csv: the header names the same fields as the JSON rows.
+    let (_, out) = bench("bench-csv", &["-o", "csv", "-r", "1", "-p", "4", "-n", "0"]);
+    let mut it = out.lines();
+    let head: Vec<&str> = it.next().unwrap().split(',').collect();
+    assert!(
+        head.contains(&"avg_ts") && head.contains(&"n_prompt"),
+        "{out}"
+    );
+    assert_eq!(it.count(), 1);
 }
 
 #[test]

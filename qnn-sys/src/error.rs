@@ -27,6 +27,10 @@ impl std::fmt::Display for QnnStatus {
     }
 }
 
+/// A status is an error in its own right (its Display names the code), so callers may
+/// return it as a `source`.
+impl std::error::Error for QnnStatus {}
+
 /// The QNN header name of an error code (low 16 bits), or a range name when unknown.
 pub fn error_name(code: u16) -> &'static str {
     match code {

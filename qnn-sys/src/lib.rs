@@ -4,6 +4,8 @@
 //! offsets are asserted at compile time in [`layout`]. [`loader`] opens a backend and a
 //! system library with libloading and picks a provider by API version.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod error;
 pub mod interface;
 pub mod layout;

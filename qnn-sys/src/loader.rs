@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 /// Why a QNN library could not be used. Every variant names the library path.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("cannot load {}: {source}", path.display())]
+    #[error("cannot load {}", path.display())]
     Open {
         path: PathBuf,
         #[source]

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# bench.sh <serial> <manifest_name> [extra qhx_generate flags] : qhx_generate --bench --json
-# on one device; prints the JSON document with the serial added. NOT VERIFIED ON HARDWARE.
+# bench.sh <serial> <manifest_name> [extra --bench flags, e.g. -p 128,512 -n 128 -r 5] :
+# qhx_generate --bench -o json on one device; prints its JSON array of llama-bench rows with
+# the serial added to each. NOT VERIFIED ON HARDWARE.
 source "$(dirname "$0")/common.sh"
 serial=$1 manifest=$2
 shift 2
-adb -s "$serial" shell "$(remote_env) && ./qhx_generate bundle/$manifest libQnnHtp.so libQnnSystem.so bundle 1 'The capital of France is' --bench --json $*" |
-    python3 -c 'import json,sys; d=json.load(sys.stdin); d["serial"]=sys.argv[1]; print(json.dumps(d))' "$serial"
+# -q: adb shell merges stderr into stdout, so no banner may reach the JSON.
+adb -s "$serial" shell "$(remote_env) && ./qhx_generate bundle/$manifest libQnnHtp.so libQnnSystem.so bundle --bench -q -o json $*" |
+    python3 -c 'import json,sys; rows=json.load(sys.stdin); [r.update(serial=sys.argv[1]) for r in rows]; print(json.dumps(rows))' "$serial"

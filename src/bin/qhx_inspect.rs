@@ -6,6 +6,8 @@
 //! libQnnSystem to help write a manifest. `--json` prints one JSON document on stdout.
 //! Exit codes: 0 ok, 1 failure (one line on stderr), 2 usage.
 
+#![forbid(unsafe_code)]
+
 use anyhow::{Context as _, Result};
 use clap::Parser;
 use qhx::qnn::{self, BinaryInfo, GraphDesc, TensorDesc};
@@ -39,6 +41,12 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(code) => return code,
     };
+    // Before any QNN library is loaded: what a library prints must not reach our stdout.
+    if let Err(e) = qhx::qnn::stdio::isolate_stdout(false) {
+        qhx::elog!(
+            "qhx_inspect: warning: cannot keep stdout private ({e}); library output may mix in"
+        );
+    }
     qhx::cli::finish("qhx_inspect", run(&args).map(|()| ExitCode::SUCCESS))
 }
 
@@ -209,8 +217,7 @@ fn run(args: &Args) -> Result<()> {
         ))
     };
     let mut docs = Vec::new();
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = qhx::qnn::stdio::stdout();
     for bin in &args.bins {
         let bytes = std::fs::read(bin).with_context(|| format!("reading {}", bin.display()))?;
         if bytes.is_empty() {

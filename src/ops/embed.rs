@@ -61,11 +61,11 @@ impl EmbedTable {
     pub fn write_row(&self, token: u32, dst: &mut TypedMut<'_>, at: usize) -> Result<()> {
         let t = token as usize;
         if t >= self.vocab {
-            return Err(Error::Input(format!(
-                "token id {token} is outside the embedding table ({} rows, {})",
-                self.vocab,
-                self.path.display()
-            )));
+            return Err(Error::TokenOutOfRange {
+                id: token,
+                vocab: self.vocab,
+                path: self.path.clone(),
+            });
         }
         let h = self.hidden;
         let es = self.dtype.size();

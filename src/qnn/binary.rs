@@ -243,7 +243,7 @@ pub fn read_binary_info_with(
     }
     // SAFETY: a non-null info points to a BinaryInfo owned by `sys`, alive until the guard.
     let info = unsafe { &*info };
-    // SAFETY (each arm): the version tag selects the live union member.
+    // SAFETY: (each arm) the version tag selects the live union member.
     let (num_graphs, graphs, soc_model, build_id, core_api) = unsafe {
         match info.version {
             BINARY_INFO_VERSION_1 | BINARY_INFO_VERSION_2 => {

@@ -104,23 +104,15 @@ impl HostBuf {
         self.base_mut()
     }
 
-    /// Reinterpret as a slice of `T`.
-    ///
-    /// # Safety
-    /// `T` must be a plain number type (every bit pattern valid) of size 1, 2, 4 or 8.
-    unsafe fn cast<T>(&self) -> &[T] {
-        let n = self.bytes / std::mem::size_of::<T>();
-        // SAFETY: the storage is 8-aligned (heap Vec<u64>; rpcmem is page-aligned), holds
-        // `bytes` initialised bytes, and the caller promises every bit pattern is a valid T.
-        unsafe { std::slice::from_raw_parts(self.base() as *const T, n) }
+    /// View as a slice of `T` (whole elements only; the storage is 8-byte aligned).
+    fn cast<T: bytemuck::Pod>(&self) -> &[T] {
+        let n = self.bytes / std::mem::size_of::<T>() * std::mem::size_of::<T>();
+        bytemuck::cast_slice(&self.as_bytes()[..n])
     }
 
-    /// # Safety
-    /// As for `cast`.
-    unsafe fn cast_mut<T>(&mut self) -> &mut [T] {
-        let n = self.bytes / std::mem::size_of::<T>();
-        // SAFETY: as in `cast`, with unique access.
-        unsafe { std::slice::from_raw_parts_mut(self.base_mut() as *mut T, n) }
+    fn cast_mut<T: bytemuck::Pod>(&mut self) -> &mut [T] {
+        let n = self.bytes / std::mem::size_of::<T>() * std::mem::size_of::<T>();
+        bytemuck::cast_slice_mut(&mut self.as_bytes_mut()[..n])
     }
 
     /// A typed view for a tensor of `desc`'s dtype; None for unsupported dtypes.
@@ -129,18 +121,15 @@ impl HostBuf {
             scale: 1.0,
             offset: 0,
         });
-        // SAFETY (all arms): f32, f16, u16, i16, u8, i8 and i32 accept every bit pattern.
-        Some(unsafe {
-            match desc.dtype {
-                dtype::FLOAT_32 => TypedMut::F32(self.cast_mut()),
-                dtype::FLOAT_16 => TypedMut::F16(self.cast_mut()),
-                dtype::UFIXED_POINT_16 | dtype::UINT_16 => TypedMut::U16(self.cast_mut(), q),
-                dtype::SFIXED_POINT_16 | dtype::INT_16 => TypedMut::I16(self.cast_mut(), q),
-                dtype::UFIXED_POINT_8 | dtype::UINT_8 => TypedMut::U8(self.cast_mut(), q),
-                dtype::SFIXED_POINT_8 | dtype::INT_8 => TypedMut::I8(self.cast_mut(), q),
-                dtype::INT_32 => TypedMut::I32(self.cast_mut()),
-                _ => return None,
-            }
+        Some(match desc.dtype {
+            dtype::FLOAT_32 => TypedMut::F32(self.cast_mut()),
+            dtype::FLOAT_16 => TypedMut::F16(self.cast_mut()),
+            dtype::UFIXED_POINT_16 | dtype::UINT_16 => TypedMut::U16(self.cast_mut(), q),
+            dtype::SFIXED_POINT_16 | dtype::INT_16 => TypedMut::I16(self.cast_mut(), q),
+            dtype::UFIXED_POINT_8 | dtype::UINT_8 => TypedMut::U8(self.cast_mut(), q),
+            dtype::SFIXED_POINT_8 | dtype::INT_8 => TypedMut::I8(self.cast_mut(), q),
+            dtype::INT_32 => TypedMut::I32(self.cast_mut()),
+            _ => return None,
         })
     }
 
@@ -149,18 +138,15 @@ impl HostBuf {
             scale: 1.0,
             offset: 0,
         });
-        // SAFETY (all arms): as in typed_mut.
-        Some(unsafe {
-            match desc.dtype {
-                dtype::FLOAT_32 => Typed::F32(self.cast()),
-                dtype::FLOAT_16 => Typed::F16(self.cast()),
-                dtype::UFIXED_POINT_16 | dtype::UINT_16 => Typed::U16(self.cast(), q),
-                dtype::SFIXED_POINT_16 | dtype::INT_16 => Typed::I16(self.cast(), q),
-                dtype::UFIXED_POINT_8 | dtype::UINT_8 => Typed::U8(self.cast(), q),
-                dtype::SFIXED_POINT_8 | dtype::INT_8 => Typed::I8(self.cast(), q),
-                dtype::INT_32 => Typed::I32(self.cast()),
-                _ => return None,
-            }
+        Some(match desc.dtype {
+            dtype::FLOAT_32 => Typed::F32(self.cast()),
+            dtype::FLOAT_16 => Typed::F16(self.cast()),
+            dtype::UFIXED_POINT_16 | dtype::UINT_16 => Typed::U16(self.cast(), q),
+            dtype::SFIXED_POINT_16 | dtype::INT_16 => Typed::I16(self.cast(), q),
+            dtype::UFIXED_POINT_8 | dtype::UINT_8 => Typed::U8(self.cast(), q),
+            dtype::SFIXED_POINT_8 | dtype::INT_8 => Typed::I8(self.cast(), q),
+            dtype::INT_32 => Typed::I32(self.cast()),
+            _ => return None,
         })
     }
 }
@@ -282,18 +268,14 @@ impl Binding {
     pub fn for_graph(graph: &Graph, desc: &GraphDesc) -> Result<Binding> {
         let ctx = graph.ctx.clone();
         let rt = ctx.runtime().clone();
-        if rt.rpcmem.is_none() {
+        if rt.rpcmem.is_none() || rt.zero_copy_refused().is_some() {
             return Ok(Binding::new(desc));
         }
+        let Some(register) = rt.backend().table.mem_register else {
+            rt.refuse_zero_copy("the backend has no memRegister".into());
+            return Ok(Binding::new(desc));
+        };
         let mut b = Binding::new(desc);
-        let register =
-            rt.backend()
-                .table
-                .mem_register
-                .ok_or_else(|| crate::Error::MissingEntry {
-                    step: format!("registering shared I/O buffers of graph {}", desc.name),
-                    entry: "memRegister",
-                })?;
         b.ctx = Some(ctx.clone());
         let n_in = b.inputs.len();
         for k in 0..n_in + b.outputs.len() {
@@ -303,14 +285,18 @@ impl Binding {
                 let j = k - n_in;
                 (&desc.outputs[j], &mut b.out_bufs[j], &mut b.outputs[j])
             };
-            let shared = HostBuf::rpc(&rt, t.bytes()).ok_or_else(|| {
-                crate::Error::Input(format!(
+            // Shared memory is an optimisation: when the allocator or the backend refuses it
+            // (the x86 HTP simulator answers memRegister with "not supported"), the handles
+            // registered so far are released with `b` and the graph runs on client buffers.
+            let Some(shared) = HostBuf::rpc(&rt, t.bytes()) else {
+                rt.refuse_zero_copy(format!(
                     "rpcmem_alloc of {} bytes for tensor {} of graph {} failed",
                     t.bytes(),
                     t.name,
                     desc.name
-                ))
-            })?;
+                ));
+                return Ok(Binding::new(desc));
+            };
             let Storage::Rpc { fd, .. } = shared.storage else {
                 unreachable!("HostBuf::rpc returns rpcmem storage")
             };
@@ -334,12 +320,15 @@ impl Binding {
             // SAFETY: a live context; one descriptor whose dims outlive the call; one
             // handle slot.
             let s = unsafe { register(ctx.handle(), &desc_m, 1, &mut h) };
-            super::check(s, || {
+            if let Err(e) = super::check(s, || {
                 format!(
-                    "registering the rpcmem buffer of tensor {} of graph {}",
+                    "memRegister of the rpcmem buffer of tensor {} of graph {}",
                     t.name, desc.name
                 )
-            })?;
+            }) {
+                rt.refuse_zero_copy(e.to_string());
+                return Ok(Binding::new(desc));
+            }
             b.mem.push(h);
             // SAFETY: new_v2 initialised the union; the common V1 prefix is valid.
             let c = unsafe { qt.common_mut() };
@@ -442,14 +431,6 @@ impl Binding {
         !self.mem.is_empty()
     }
 
-    pub fn input_index(&self, name: &str) -> Option<usize> {
-        self.desc.inputs.iter().position(|t| t.name == name)
-    }
-
-    pub fn output_index(&self, name: &str) -> Option<usize> {
-        self.desc.outputs.iter().position(|t| t.name == name)
-    }
-
     /// Typed view of input `i` (dtype checked supported at model load).
     pub fn input_mut(&mut self, i: usize) -> TypedMut<'_> {
         assert!(
@@ -482,17 +463,23 @@ impl Binding {
         self.in_bufs[i].as_bytes_mut()
     }
 
-    pub fn output_bytes(&self, i: usize) -> &[u8] {
-        self.out_bufs[i].as_bytes()
+    /// Typed read view of input `i` (a cache the host keeps in the graph's own input).
+    pub fn input(&self, i: usize) -> Typed<'_> {
+        let d = &self.desc.inputs[i];
+        self.in_bufs[i].typed(d).expect("dtype validated at load")
     }
 
-    /// Bytes of output `o` and input `i` of another binding, for same-dtype copies.
-    pub fn total_bytes(&self) -> usize {
-        self.in_bufs
-            .iter()
-            .chain(&self.out_bufs)
-            .map(HostBuf::len)
-            .sum()
+    pub fn input_bytes(&self, i: usize) -> &[u8] {
+        self.in_bufs[i].as_bytes()
+    }
+
+    /// Bytes of output `o` and input `i` at once, for same-encoding row copies.
+    pub fn output_and_input_bytes_mut(&mut self, o: usize, i: usize) -> (&[u8], &mut [u8]) {
+        (self.out_bufs[o].as_bytes(), self.in_bufs[i].as_bytes_mut())
+    }
+
+    pub fn output_bytes(&self, i: usize) -> &[u8] {
+        self.out_bufs[i].as_bytes()
     }
 }
 

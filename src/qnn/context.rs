@@ -76,10 +76,8 @@ impl Context {
         let cname = CString::new(name).map_err(|_| Error::graph(name, "name contains NUL"))?;
         let mut handle: QnnGraphHandle = std::ptr::null_mut();
         // SAFETY: live context handle; NUL-terminated name; out-param to a live local.
-        check(
-            unsafe { retrieve(self.handle, cname.as_ptr(), &mut handle) },
-            step,
-        )?;
+        let status = unsafe { retrieve(self.handle, cname.as_ptr(), &mut handle) };
+        check(status, step)?;
         Ok(Graph {
             ctx: self.clone(),
             handle,

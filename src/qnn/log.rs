@@ -57,7 +57,8 @@ unsafe fn render(fmt: *const c_char, ap: *mut c_void) -> String {
 }
 
 /// `QnnLog_Callback_t`. QNN may call it from any thread at any time, so it touches only
-/// atomics and a mutex, and never panics across the FFI boundary.
+/// atomics and a mutex, ignores a closed stderr, and never lets a panic cross the FFI
+/// boundary (it would abort the process).
 pub(crate) unsafe extern "C" fn callback(
     fmt: *const c_char,
     level: u32,
@@ -71,11 +72,16 @@ pub(crate) unsafe extern "C" fn callback(
     if level > max && level > qnn_sys::log_level::ERROR {
         return;
     }
-    // SAFETY: fmt/ap are the pair this callback was invoked with.
+    // SAFETY: fmt/ap are the pair this callback was invoked with, forwarded once.
     let msg = unsafe { render(fmt, ap) };
-    let msg = msg.trim_end().to_string();
+    let _ = std::panic::catch_unwind(move || record(level, max, msg));
+}
+
+/// Remember an error line and print the message when `level` is within the verbosity.
+fn record(level: u32, max: u32, msg: String) {
+    let msg = msg.trim_end();
     if level <= qnn_sys::log_level::ERROR {
-        *LAST_ERROR.lock().unwrap_or_else(|e| e.into_inner()) = Some(msg.clone());
+        *LAST_ERROR.lock().unwrap_or_else(|e| e.into_inner()) = Some(msg.to_string());
     }
     if level <= max {
         let name = match level {
@@ -85,6 +91,6 @@ pub(crate) unsafe extern "C" fn callback(
             4 => "VERBOSE",
             _ => "DEBUG",
         };
-        eprintln!("qnn[{name}] {msg}");
+        crate::elog!("qnn[{name}] {msg}");
     }
 }

@@ -11,6 +11,7 @@ mod log;
 mod perf;
 mod rpcmem;
 mod runtime;
+pub mod stdio;
 
 pub use binary::{read_binary_info, read_binary_info_with, BinaryInfo, GraphDesc, TensorDesc};
 pub use buffer::{dtype_supported as buffer_dtype_supported, Binding, HostBuf, PairedBindings};
@@ -72,15 +73,12 @@ pub(crate) fn check(status: u64, step: impl FnOnce() -> String) -> Result<()> {
 /// View little-endian bytes as f16 values when aligned (always true for rows of a mapped
 /// table: the map is page-aligned and rows are whole elements). None otherwise.
 pub fn bytes_as_f16(b: &[u8]) -> Option<&[half::f16]> {
-    // SAFETY: f16 is a plain 2-byte type for which every bit pattern is valid; align_to only
-    // returns the aligned middle part, and we accept it only when nothing is left over.
-    let (pre, mid, post) = unsafe { b.align_to::<half::f16>() };
-    (pre.is_empty() && post.is_empty() && cfg!(target_endian = "little")).then_some(mid)
+    let v = bytemuck::try_cast_slice(b).ok()?;
+    cfg!(target_endian = "little").then_some(v)
 }
 
 /// As [`bytes_as_f16`], for f32.
 pub fn bytes_as_f32(b: &[u8]) -> Option<&[f32]> {
-    // SAFETY: as above; every bit pattern is a valid f32.
-    let (pre, mid, post) = unsafe { b.align_to::<f32>() };
-    (pre.is_empty() && post.is_empty() && cfg!(target_endian = "little")).then_some(mid)
+    let v = bytemuck::try_cast_slice(b).ok()?;
+    cfg!(target_endian = "little").then_some(v)
 }

@@ -25,6 +25,8 @@ pub struct Runtime {
     vote: Option<(QnnHtpPerfInfrastructure, u32)>,
     pub perf_mode: super::perf::PerfMode,
     pub(crate) rpcmem: Option<super::rpcmem::RpcMem>,
+    /// Why zero-copy I/O was given up after rpcmem loaded (set once, by the first refusal).
+    zero_copy_refused: std::sync::OnceLock<String>,
 }
 
 // SAFETY: the handles are used from one thread at a time (the engine is single-threaded;
@@ -49,6 +51,7 @@ impl Runtime {
             vote: None,
             perf_mode: super::perf::PerfMode::Default,
             rpcmem: None,
+            zero_copy_refused: std::sync::OnceLock::new(),
         };
         let t = rt.backend_lib.table;
         let lib = rt.backend_lib.path.display().to_string();
@@ -68,10 +71,8 @@ impl Runtime {
             entry: "backendCreate",
         })?;
         // SAFETY: log is null or a live logger; no configs; out-param is a field of rt.
-        check(
-            unsafe { backend_create(rt.log, std::ptr::null(), &mut rt.backend) },
-            || format!("creating the QNN backend from {lib}"),
-        )?;
+        let status = unsafe { backend_create(rt.log, std::ptr::null(), &mut rt.backend) };
+        check(status, || format!("creating the QNN backend from {lib}"))?;
         // Device creation is optional per the API (a NULL device means the default).
         let wants_device = match t.property_has_capability {
             // SAFETY: plain value argument.
@@ -81,10 +82,8 @@ impl Runtime {
         if wants_device {
             if let Some(device_create) = t.device_create {
                 // SAFETY: as for backendCreate.
-                check(
-                    unsafe { device_create(rt.log, std::ptr::null(), &mut rt.device) },
-                    || format!("creating the QNN device from {lib}"),
-                )?;
+                let status = unsafe { device_create(rt.log, std::ptr::null(), &mut rt.device) };
+                check(status, || format!("creating the QNN device from {lib}"))?;
             }
         }
         rt.device_facts = rt.read_device_facts();
@@ -150,18 +149,19 @@ impl Runtime {
             format!("getting the device infrastructure from {lib}")
         })?;
         if infra.is_null() {
-            return Err(Error::Input(format!(
-                "{lib}: deviceGetInfrastructure returned NULL"
-            )));
+            return Err(Error::Backend {
+                lib,
+                msg: "deviceGetInfrastructure returned NULL".into(),
+            });
         }
         // SAFETY: for HTP the infrastructure is a QnnHtpDevice_Infrastructure_t owned by the
         // library for its lifetime; we copy the function table out.
         let i = unsafe { *(infra as *const QnnHtpDeviceInfrastructure) };
         if i.infra_type != perf::INFRASTRUCTURE_TYPE_PERF {
-            return Err(Error::Input(format!(
-                "{lib}: device infrastructure type {} is not PERF",
-                i.infra_type
-            )));
+            return Err(Error::Backend {
+                lib,
+                msg: format!("device infrastructure type {} is not PERF", i.infra_type),
+            });
         }
         let p = i.perf;
         let (Some(create), Some(destroy), Some(set)) = (
@@ -169,9 +169,10 @@ impl Runtime {
             p.destroy_power_config_id,
             p.set_power_config,
         ) else {
-            return Err(Error::Input(format!(
-                "{lib}: the perf infrastructure lacks createPowerConfigId / setPowerConfig"
-            )));
+            return Err(Error::Backend {
+                lib,
+                msg: "the perf infrastructure lacks createPowerConfigId / setPowerConfig".into(),
+            });
         };
         let mut id = 0u32;
         // SAFETY: plain values and an out-param to a live local.
@@ -197,6 +198,17 @@ impl Runtime {
     pub fn load_rpcmem(&mut self, path: &Path) -> std::result::Result<(), String> {
         self.rpcmem = Some(super::rpcmem::RpcMem::load(path)?);
         Ok(())
+    }
+
+    /// Why graph I/O fell back to client buffers although rpcmem loaded (an allocation or a
+    /// `memRegister` the backend refused), if it did.
+    pub fn zero_copy_refused(&self) -> Option<&str> {
+        self.zero_copy_refused.get().map(String::as_str)
+    }
+
+    /// Give up zero-copy I/O for this runtime; the first reason is kept.
+    pub(crate) fn refuse_zero_copy(&self, why: String) {
+        let _ = self.zero_copy_refused.set(why);
     }
 
     pub fn rpcmem_path(&self) -> Option<&Path> {

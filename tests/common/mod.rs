@@ -3,11 +3,54 @@
 #![allow(dead_code)]
 
 use qnn_emu::writer::{write_bundle, SynthSpec};
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// The binary under test: this build's, or `QHX_TEST_BIN` (e.g. an older build, to show
+/// that a regression test fails there; the emulator is taken from beside it).
 pub fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_qhx_generate"))
+    match std::env::var_os("QHX_TEST_BIN") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from(env!("CARGO_BIN_EXE_qhx_generate")),
+    }
+}
+
+/// The runner prefix for child binaries when the tests run under an emulator (cross builds:
+/// the kernel cannot exec an aarch64 program itself). `QHX_TEST_RUNNER` wins; otherwise the
+/// runner cargo itself was given through the environment for this target, e.g.
+/// `CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /"`. Words split on
+/// whitespace, as cargo does.
+pub fn runner() -> Vec<String> {
+    let target_var = format!(
+        "CARGO_TARGET_{}_UNKNOWN_{}_{}_RUNNER",
+        std::env::consts::ARCH,
+        std::env::consts::OS,
+        if cfg!(target_env = "gnu") {
+            "gnu"
+        } else {
+            "musl"
+        }
+    )
+    .to_uppercase();
+    std::env::var("QHX_TEST_RUNNER")
+        .or_else(|_| std::env::var(target_var))
+        .map(|v| v.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// `Command::new(program)`, through the test runner when one is set (see [`runner`]). The
+/// child's pid is the program's own: qemu-user runs the guest in its own process, so signals
+/// sent to it reach the program.
+pub fn command(program: impl AsRef<OsStr>) -> Command {
+    match runner().split_first() {
+        None => Command::new(program),
+        Some((first, rest)) => {
+            let mut c = Command::new(first);
+            c.args(rest).arg(program);
+            c
+        }
+    }
 }
 
 /// The emulator cdylib next to the binary (built by `cargo build --workspace`).
@@ -43,17 +86,17 @@ pub fn bundle(tag: &str, spec: &SynthSpec) -> (PathBuf, PathBuf) {
     (d, m)
 }
 
-/// Run qhx_generate with the standard positional order plus extra args and env.
-pub fn generate(
+/// A qhx_generate command with the standard positional order plus extra args and env.
+pub fn generate_command(
     manifest: &Path,
     root: &Path,
     n: &str,
     prompt: &str,
     extra: &[&str],
     env: &[(&str, &str)],
-) -> Output {
+) -> Command {
     let lib = emu();
-    let mut c = Command::new(bin());
+    let mut c = command(bin());
     c.arg(manifest)
         .arg(&lib)
         .arg(&lib)
@@ -64,7 +107,21 @@ pub fn generate(
     for (k, v) in env {
         c.env(k, v);
     }
-    c.output().expect("spawn qhx_generate")
+    c
+}
+
+/// Run qhx_generate with the standard positional order plus extra args and env.
+pub fn generate(
+    manifest: &Path,
+    root: &Path,
+    n: &str,
+    prompt: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Output {
+    generate_command(manifest, root, n, prompt, extra, env)
+        .output()
+        .expect("spawn qhx_generate")
 }
 
 pub fn stderr(o: &Output) -> String {

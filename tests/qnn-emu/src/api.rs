@@ -113,6 +113,9 @@ unsafe extern "C" fn backend_create(
     if let Some(code) = knobs::injected_failure("backendCreate") {
         return code;
     }
+    if knobs::get().stdout_banner {
+        stdout_banner();
+    }
     let b = Box::into_raw(Box::new(EmuBackend { log: log_h }));
     registry::add(b as usize, Kind::Backend);
     // SAFETY: checked non-null.
@@ -426,4 +429,21 @@ pub fn table() -> QnnInterfaceTable {
     }
     // SAFETY: same size and representation, as above.
     unsafe { std::mem::transmute(slots) }
+}
+
+/// What the real x86 HTP backend prints on stdout (C stdio, so it reaches fd 1 when the
+/// process exits and flushes).
+fn stdout_banner() {
+    const LINE: &std::ffi::CStr =
+        c" # qnn-emu: backend banner on stdout (like the real backend's LIBNATIVE line)\n";
+    #[cfg(target_os = "linux")]
+    // SAFETY: a NUL-terminated format without conversions.
+    unsafe {
+        libc::printf(LINE.as_ptr());
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        use std::io::Write;
+        let _ = std::io::stdout().write_all(LINE.to_bytes());
+    }
 }

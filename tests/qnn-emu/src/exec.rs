@@ -108,6 +108,11 @@ impl EmuContext {
 
 /// Find a live graph by handle (graphs live inside live contexts).
 pub fn find_graph(h: usize) -> Option<&'static EmuGraph> {
+    find_graph_in(h).map(|(g, _)| g)
+}
+
+/// A live graph by handle, with the handle of the context that owns it.
+pub fn find_graph_in(h: usize) -> Option<(&'static EmuGraph, usize)> {
     // The registry only tracks contexts; scan their graphs. Handles are few.
     let ctxs = registry_contexts();
     for c in ctxs {
@@ -117,7 +122,7 @@ pub fn find_graph(h: usize) -> Option<&'static EmuGraph> {
             if &**g as *const EmuGraph as usize == h {
                 // SAFETY: the graph lives as long as its context; callers use it only within
                 // one API call, during which the application must not free the context.
-                return Some(unsafe { &*(&**g as *const EmuGraph) });
+                return Some((unsafe { &*(&**g as *const EmuGraph) }, c));
             }
         }
     }
@@ -152,6 +157,7 @@ fn describe(spec: &TensorSpec) -> String {
 /// `t` must point to a readable Qnn_Tensor_t.
 unsafe fn bind<'a>(
     g: &'a EmuGraph,
+    context: usize,
     specs: &'a [TensorSpec],
     t: *const QnnTensor,
     what: &str,
@@ -186,6 +192,23 @@ unsafe fn bind<'a>(
             describe(spec),
             dtype::name(c.data_type)
         ));
+    }
+    if is_fixed_point(spec.dtype) {
+        let q = c.quantize_params;
+        // SAFETY: every variant of the union starts with plain numbers, so reading the
+        // scale_offset member is valid whatever the tag; it is used only under SCALE_OFFSET.
+        let raw = unsafe { q.encoding.scale_offset };
+        let so = (q.quantization_encoding == quant_encoding::SCALE_OFFSET).then_some(raw);
+        if so.is_none_or(|so| so.scale != spec.scale || so.offset != spec.offset) {
+            let given = so.map_or("no scale/offset".to_string(), |so| {
+                format!("scale {} offset {}", so.scale, so.offset)
+            });
+            return Err(format!(
+                "graph {}: {} given {given}: the binary's quantization differs",
+                g.name,
+                describe(spec)
+            ));
+        }
     }
     if c.rank != spec.dims.len() as u32 || c.dimensions.is_null() {
         return Err(format!(
@@ -222,12 +245,8 @@ unsafe fn bind<'a>(
         mem_type::MEMHANDLE => {
             // SAFETY: MEMHANDLE tensors carry a registered handle.
             let h = unsafe { c.mem.mem_handle };
-            crate::exec::mem_lookup(h as usize, spec.bytes()).ok_or_else(|| {
-                format!(
-                    "graph {}: {} has an unregistered or too small mem handle",
-                    g.name, spec.name
-                )
-            })?
+            crate::exec::mem_lookup(h as usize, context, spec.bytes())
+                .map_err(|why| format!("graph {}: {} has {why}", g.name, spec.name))?
         }
         other => {
             return Err(format!(
@@ -248,7 +267,7 @@ pub unsafe extern "C" fn graph_execute(
     _profile: QnnProfileHandle,
     _signal: QnnSignalHandle,
 ) -> QnnErrorHandle {
-    let Some(g) = find_graph(graph as usize) else {
+    let Some((g, context)) = find_graph_in(graph as usize) else {
         return E_GRAPH_INVALID_HANDLE;
     };
     if knobs::get().delay_ms > 0 {
@@ -281,7 +300,7 @@ pub unsafe extern "C" fn graph_execute(
     let mut outs = HashMap::new();
     for i in 0..n_in as usize {
         // SAFETY: the caller passes `n_in` contiguous tensors (stride = our sizeof, 144).
-        match unsafe { bind(g, &g.inputs, inputs.add(i), "input") } {
+        match unsafe { bind(g, context, &g.inputs, inputs.add(i), "input") } {
             Ok(b) => {
                 ins.insert(b.spec.name.as_str(), b);
             }
@@ -293,7 +312,7 @@ pub unsafe extern "C" fn graph_execute(
     }
     for i in 0..n_out as usize {
         // SAFETY: as above for outputs.
-        match unsafe { bind(g, &g.outputs, outputs.add(i), "output") } {
+        match unsafe { bind(g, context, &g.outputs, outputs.add(i), "output") } {
             Ok(b) => {
                 outs.insert(b.spec.name.as_str(), b);
             }
@@ -527,4 +546,14 @@ fn trace_execute(
             st.max_changed_bytes = st.max_changed_bytes.max(c);
         }
     });
+}
+
+fn is_fixed_point(dt: u32) -> bool {
+    matches!(
+        dt,
+        dtype::UFIXED_POINT_8
+            | dtype::UFIXED_POINT_16
+            | dtype::SFIXED_POINT_8
+            | dtype::SFIXED_POINT_16
+    )
 }

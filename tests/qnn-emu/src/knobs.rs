@@ -21,6 +21,11 @@ pub struct Knobs {
     pub threads: usize,
     /// Milliseconds each graphExecute sleeps first (QNN_EMU_DELAY_MS), to land signals.
     pub delay_ms: u64,
+    /// Print a banner on stdout through C stdio at backendCreate, as the real x86 HTP
+    /// backend does (QNN_EMU_STDOUT, default on; 0 turns it off).
+    pub stdout_banner: bool,
+    /// `QNN_EMU_MEM=unsupported`: memRegister answers NOT_SUPPORTED, as the simulator does.
+    pub mem_unsupported: bool,
 }
 
 fn parse_version(s: &str) -> Option<QnnVersion> {
@@ -93,6 +98,8 @@ pub fn get() -> &'static Knobs {
             delay_ms: env("QNN_EMU_DELAY_MS")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0),
+            stdout_banner: env("QNN_EMU_STDOUT").is_none_or(|v| v != "0"),
+            mem_unsupported: env("QNN_EMU_MEM").is_some_and(|v| v == "unsupported"),
         }
     })
 }

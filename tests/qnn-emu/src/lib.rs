@@ -19,10 +19,20 @@
 //!   record of live handles and the ordered create/free events.
 //!   The trace also lists power-config votes (`votes`) and, per graph, how arguments were
 //!   passed and how many input bytes changed between executes (`exec`).
-//! * `QNN_EMU_THREADS=n`: math threads (default: available parallelism).
+//! * `QNN_EMU_THREADS=n`: math threads (default: available parallelism; 1 computes on the
+//!   calling thread, spawning none).
 //! * `QNN_EMU_CALIBRATE=path`: accumulate min/max of hidden states and K/V per layer (f32
 //!   runs) into `path`, for choosing fixed-point I/O scales.
 //! * `QNN_EMU_DELAY_MS=n`: every graphExecute sleeps n ms first (to land a signal mid-run).
+//! * `QNN_EMU_STDOUT=0`: do not print the banner that backendCreate writes on stdout through
+//!   C stdio (flushed at exit), as the real x86 HTP backend does; on by default so every
+//!   test that reads stdout checks that the host keeps stdout its own.
+//! * `QNN_EMU_MEM=unsupported`: memRegister fails with QNN_COMMON_ERROR_NOT_SUPPORTED
+//!   ("QnnMem API is not supported"), as on the x86 HTP simulator.
+//!
+//! Strictness learned from the real backend: a mem handle registered in one context is
+//! rejected by graphs of another, and fixed-point tensors must carry exactly the
+//! scale/offset of the binary.
 
 pub mod format;
 pub mod io;

@@ -133,29 +133,30 @@ fn matmul(x: &[f32], rows: usize, w: &[f32], in_dim: usize, bias: Option<&[f32]>
     let mut out = vec![0f32; rows * out_dim];
     let threads = crate::threads().min(out_dim.max(1));
     let chunk = out_dim.div_ceil(threads);
-    // Compute into per-thread column blocks, then scatter.
-    let blocks: Vec<Vec<f32>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                s.spawn(move || {
-                    let o0 = t * chunk;
-                    let o1 = ((t + 1) * chunk).min(out_dim);
-                    let mut blk = vec![0f32; rows * (o1.saturating_sub(o0))];
-                    let width = o1.saturating_sub(o0);
-                    for o in o0..o1 {
-                        let wr = &w[o * in_dim..(o + 1) * in_dim];
-                        let b = bias.map_or(0.0, |b| b[o]);
-                        for r in 0..rows {
-                            blk[r * width + (o - o0)] =
-                                dot(wr, &x[r * in_dim..(r + 1) * in_dim]) + b;
-                        }
-                    }
-                    blk
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
+    let block = |t: usize| {
+        let o0 = t * chunk;
+        let o1 = ((t + 1) * chunk).min(out_dim);
+        let mut blk = vec![0f32; rows * (o1.saturating_sub(o0))];
+        let width = o1.saturating_sub(o0);
+        for o in o0..o1 {
+            let wr = &w[o * in_dim..(o + 1) * in_dim];
+            let b = bias.map_or(0.0, |b| b[o]);
+            for r in 0..rows {
+                blk[r * width + (o - o0)] = dot(wr, &x[r * in_dim..(r + 1) * in_dim]) + b;
+            }
+        }
+        blk
+    };
+    // Compute into per-thread column blocks, then scatter. One thread computes inline: a
+    // spawn per matmul costs ~20 ms and ~0.5 MiB that is never returned under qemu-user.
+    let blocks: Vec<Vec<f32>> = if threads == 1 {
+        vec![block(0)]
+    } else {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads).map(|t| s.spawn(move || block(t))).collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    };
     for (t, blk) in blocks.iter().enumerate() {
         let o0 = t * chunk;
         let width = blk.len().checked_div(rows).unwrap_or(0);

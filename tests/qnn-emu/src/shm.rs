@@ -120,14 +120,21 @@ pub unsafe extern "C" fn rpcmem_to_fd(p: *mut c_void) -> i32 {
         .map_or(-1, |a| a.0)
 }
 
-/// Look up registered memory by handle; the base pointer if it holds `bytes`.
-pub fn mem_lookup(h: usize, bytes: usize) -> Option<*mut u8> {
+/// Look up registered memory by handle for a graph of context `ctx`: the base pointer if
+/// the handle is live, was registered in `ctx` (a handle is per context) and holds `bytes`.
+pub fn mem_lookup(h: usize, ctx: usize, bytes: usize) -> Result<*mut u8, &'static str> {
     if !registry::is_live(h, Kind::MemHandle) {
-        return None;
+        return Err("an unregistered mem handle");
     }
     // SAFETY: live MemReg per the registry.
     let r = unsafe { &*(h as *const MemReg) };
-    (r.bytes >= bytes).then_some(r.base)
+    if r.ctx != ctx {
+        return Err("a mem handle registered in another context");
+    }
+    if r.bytes < bytes {
+        return Err("a too small mem handle");
+    }
+    Ok(r.base)
 }
 
 pub unsafe extern "C" fn mem_register(
@@ -141,6 +148,10 @@ pub unsafe extern "C" fn mem_register(
     }
     if descs.is_null() || out.is_null() || n == 0 {
         return E_MEM_INVALID_ARGUMENT;
+    }
+    if crate::knobs::get().mem_unsupported {
+        log(log_level::ERROR, "qnn-emu: QnnMem API is not supported");
+        return crate::api::E_NOT_SUPPORTED;
     }
     for i in 0..n as usize {
         // SAFETY: the caller passes `n` descriptors and `n` handle slots.

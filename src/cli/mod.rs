@@ -1,0 +1,217 @@
+//! Command-line parts shared by the binaries: argument groups (flag names follow
+//! llama.cpp), usage errors (exit 2), the error line and exit code, `--version`.
+
+use crate::sampler::SamplerConfig;
+
+pub mod generate;
+pub mod report;
+
+/// `--version`: the crate version, the commit it was built from, and the QNN API versions
+/// the loader accepts (major equal, minor at least the one given).
+pub const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("QHX_BUILD_COMMIT"),
+    "; QNN core API 2.10 or newer 2.x, QNN system API 1.1 or newer 1.x)"
+);
+
+/// The commit the binary was built from ("unknown" outside a git checkout).
+pub const BUILD_COMMIT: &str = env!("QHX_BUILD_COMMIT");
+
+/// A usage error: the command line is wrong, nothing was loaded. Binaries exit 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Build a usage error for `anyhow` results.
+pub fn usage(msg: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::Error::new(UsageError(msg.to_string()))
+}
+
+/// Sampling flags. Each is optional so that a flag given on the command line can be told
+/// from its default: a Genie bundle's own `sampler` block applies when none is given.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct SamplingArgs {
+    /// Sampling temperature; 0 = greedy (default 0, for drop-in parity; a Genie bundle's
+    /// `sampler` block applies when no sampling flag is given).
+    #[arg(long, value_name = "T")]
+    pub temp: Option<f32>,
+    /// Keep only the K most likely tokens (default 0 = off).
+    #[arg(long, value_name = "K")]
+    pub top_k: Option<usize>,
+    /// Nucleus sampling: keep the smallest set with cumulative probability >= P (default 1 = off).
+    #[arg(long, value_name = "P")]
+    pub top_p: Option<f32>,
+    /// Drop tokens with probability below P x the most likely one's (default 0 = off).
+    #[arg(long, value_name = "P")]
+    pub min_p: Option<f32>,
+    /// Penalise tokens seen in the last --repeat-last-n tokens (default 1 = off).
+    #[arg(long, value_name = "X")]
+    pub repeat_penalty: Option<f32>,
+    /// Window of the repetition penalty (default 64; 0 = whole sequence).
+    #[arg(long, value_name = "N")]
+    pub repeat_last_n: Option<usize>,
+    /// RNG seed: the same seed and bundle give the same output (default: random).
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+}
+
+impl SamplingArgs {
+    /// Whether any sampling flag was given at all.
+    pub fn any_given(&self) -> bool {
+        let SamplingArgs {
+            temp,
+            top_k,
+            top_p,
+            min_p,
+            repeat_penalty,
+            repeat_last_n,
+            seed,
+        } = self;
+        temp.is_some()
+            || top_k.is_some()
+            || top_p.is_some()
+            || min_p.is_some()
+            || repeat_penalty.is_some()
+            || repeat_last_n.is_some()
+            || seed.is_some()
+    }
+
+    /// Flags that only a sampling (non-greedy) chain reads, when set away from their
+    /// defaults: at temperature 0 they do nothing, which deserves a warning.
+    pub fn ignored_at_greedy(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.top_k.is_some_and(|k| k > 1) {
+            v.push("--top-k");
+        }
+        if self.top_p.is_some_and(|p| p != 1.0) {
+            v.push("--top-p");
+        }
+        if self.min_p.is_some_and(|p| p != 0.0) {
+            v.push("--min-p");
+        }
+        if self.seed.is_some() {
+            v.push("--seed");
+        }
+        v
+    }
+
+    /// Validate ranges and build the sampler configuration, with the defaults for flags not
+    /// given. The seed is always resolved (drawn from the OS when not given), so the one
+    /// used can be printed and replayed.
+    pub fn config(&self) -> Result<SamplerConfig, String> {
+        let d = SamplerConfig::default();
+        let cfg = SamplerConfig {
+            temp: self.temp.unwrap_or(d.temp),
+            top_k: self.top_k.unwrap_or(d.top_k),
+            top_p: self.top_p.unwrap_or(d.top_p),
+            min_p: self.min_p.unwrap_or(d.min_p),
+            repeat_penalty: self.repeat_penalty.unwrap_or(d.repeat_penalty),
+            repeat_last_n: self.repeat_last_n.unwrap_or(d.repeat_last_n),
+            seed: Some(self.seed.unwrap_or_else(rand::random)),
+        };
+        cfg.check(|k| format!("--{k}"))?;
+        Ok(cfg)
+    }
+}
+
+/// Parse `argv` for a binary named `prog`. `--help`/`--version` print and give
+/// `Err(SUCCESS)`; a usage error prints one line (clap's first line, then where to look)
+/// and gives `Err(2)`, so `main` can return the code as it is.
+pub fn parse_or_exit<T: clap::Parser, I, A>(
+    prog: &str,
+    argv: I,
+) -> Result<T, std::process::ExitCode>
+where
+    I: IntoIterator<Item = A>,
+    A: Into<std::ffi::OsString> + Clone,
+{
+    match T::try_parse_from(argv) {
+        Ok(a) => Ok(a),
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            Err(std::process::ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            crate::elog!(
+                "{prog}: usage error: {} (see {prog} --help)",
+                clap_message(&e.to_string())
+            );
+            Err(std::process::ExitCode::from(2))
+        }
+    }
+}
+
+/// clap's error text as one line: the message with every line of its detail (e.g. the
+/// whole list of missing arguments), without the usage block and the `--help` tip.
+fn clap_message(text: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with("Usage:") || t.starts_with("For more information") {
+            break;
+        }
+        if !t.is_empty() {
+            parts.push(t.strip_prefix("error: ").unwrap_or(t));
+        }
+    }
+    if parts.is_empty() {
+        return "invalid arguments".into();
+    }
+    parts.join(" ")
+}
+
+/// Turn a binary's result into its exit code: errors print as one line on stderr and
+/// exit 1 (2 for a [`UsageError`]); a closed stdout (e.g. `| head`) is not an error.
+pub fn finish(prog: &str, r: anyhow::Result<std::process::ExitCode>) -> std::process::ExitCode {
+    match r {
+        Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => std::process::ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<UsageError>().is_some() => {
+            crate::elog!("{prog}: usage error: {e} (see {prog} --help)");
+            std::process::ExitCode::from(2)
+        }
+        Err(e) => {
+            let msg = format!("{e:#}").replace('\n', " ");
+            crate::elog!("{prog}: error: {msg}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clap_messages_keep_every_missing_argument() {
+        let text = "error: the following required arguments were not provided:\n  <BACKEND_LIB>\n  <SYSTEM_LIB>\n  <ARTIFACTS_ROOT>\n\nUsage: qhx_generate <MANIFEST> <BACKEND_LIB> <SYSTEM_LIB> <ARTIFACTS_ROOT> [N_TOKENS] [PROMPT]\n\nFor more information, try '--help'.\n";
+        assert_eq!(
+            clap_message(text),
+            "the following required arguments were not provided: <BACKEND_LIB> <SYSTEM_LIB> <ARTIFACTS_ROOT>"
+        );
+    }
+
+    #[test]
+    fn the_version_names_the_api_floor_the_loader_enforces() {
+        let core = qnn_sys::interface::MIN_CORE_API;
+        let sys = qnn_sys::system::MIN_SYSTEM_API;
+        assert!(LONG_VERSION.contains(&format!("core API {}.{} ", core.major, core.minor)));
+        assert!(LONG_VERSION.contains(&format!("system API {}.{} ", sys.major, sys.minor)));
+        assert!(LONG_VERSION.contains(BUILD_COMMIT));
+    }
+}
