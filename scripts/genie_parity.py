@@ -7,7 +7,9 @@
      line on stderr naming kv-dim (Genie's own check, kept);
   3. the config's sampler block: with no sampling flag, a sampling block gives the ids the
      same settings give as flags (and not the greedy ids), and `greedy: true` wins over its
-     temp/top-k.
+     temp/top-k;
+  4. `--bench -o json` on a Genie bundle: one llama-bench row per test (pp on the AR-N variant,
+     tg on AR-1).
 
     genie_parity.py VS_GENIE_JSON QHX_GENERATE LIB_DIR BUNDLE_DIR...
 Prints one line per case and `N passed, M failed` last.
@@ -66,6 +68,8 @@ def main() -> int:
         passed, failed = passed + ok, failed + (not ok)
     p_, f_ = sampler_block(qhx, lib, src)
     passed, failed = passed + p_, failed + f_
+    ok = bench_rows(qhx, lib, src)
+    passed, failed = passed + ok, failed + (not ok)
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
 
@@ -113,6 +117,30 @@ def sampler_block(qhx: str, lib: str, src: str) -> tuple:
         print(f"genie/sampler-greedy-wins: {'ok' if ok else 'FAIL'} ({forced_ids} vs greedy {greedy})")
         passed, failed = passed + ok, failed + (not ok)
     return passed, failed
+
+
+def bench_rows(qhx: str, lib: str, src: str) -> bool:
+    """--bench on a Genie bundle: llama-bench rows for pp (AR-N variant) and tg (AR-1)."""
+    env = dict(os.environ, LD_LIBRARY_PATH=lib)
+    p = subprocess.run([qhx, os.path.join(src, "genie_config.json"), f"{lib}/libQnnHtp.so",
+                        f"{lib}/libQnnSystem.so", src, "--bench", "-p", "6", "-n", "3", "-r", "2",
+                        "-o", "json"], capture_output=True, text=True, env=env)
+    why = f"exit {p.returncode}: {p.stderr.strip().splitlines()[-1:]}"
+    if p.returncode == 0:
+        try:
+            rows = json.loads(p.stdout)
+            tests = [(r["n_prompt"], r["n_gen"]) for r in rows]
+            good = (tests == [(6, 0), (0, 3)]
+                    and all(r["model_type"].endswith("(genie)") and r["avg_ts"] > 0
+                            and len(r["samples_ns"]) == 2 and r["model_size"] > 0 for r in rows))
+            why = f"tests {tests}, t/s {[round(r['avg_ts'], 2) for r in rows]}, I/O {rows[0]['io_type']}"
+            if good:
+                print(f"genie/bench: ok ({why})")
+                return True
+        except (ValueError, KeyError, TypeError) as e:
+            why = f"bad JSON rows: {e}"
+    print(f"genie/bench: FAIL ({why})")
+    return False
 
 
 if __name__ == "__main__":

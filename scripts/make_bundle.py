@@ -279,11 +279,21 @@ class Model:
             return 0
         return self.params["n_heads"] if m.group(1) == "q" else self.params["n_kv_heads"]
 
+    def n_params(self) -> int:
+        """Weights in the model, counted as transformers' num_parameters() does (a tied head
+        once; llama3's rope_freqs is a buffer, not a parameter)."""
+        return count_params({n: self.shape(n) for n in self.tensors})
+
     def embedding(self, dtype: str) -> np.ndarray:
         t = self.tensors["token_embd.weight"]
         emb = np.asarray(self.gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
         emb = emb.reshape(self.shape("token_embd.weight"))
         return emb.astype("<f2" if dtype == "f16" else "<f4", copy=False)
+
+
+def count_params(shapes: dict) -> int:
+    """Sum of elements over GGUF-named tensor shapes, leaving out non-parameter buffers."""
+    return sum(int(np.prod(sh)) for n, sh in shapes.items() if n != "rope_freqs.weight")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -611,7 +621,8 @@ def manifest(m: Model, args, files: dict, encs: set[str], dequantized: set[str],
     out = {
         "schema_version": 1,
         "model": {"name": args.model_name or default_model_name(args.gguf), "family": "llm",
-                  "arch": m.arch, "dsp_arch": DSP_ARCH, "soc_model": SOC_MODEL},
+                  "arch": m.arch, "dsp_arch": DSP_ARCH, "soc_model": SOC_MODEL,
+                  "n_params": m.n_params()},
         "params": params,
         "artifacts": {"contexts": refs,
                       "embed": {"file": files["embed"], "dtype": args.embed_dtype},

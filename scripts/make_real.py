@@ -249,7 +249,7 @@ def build(args) -> None:
     man = {
         "schema_version": 1,
         "model": {"name": name, "family": "llm", "arch": p["arch"], "dsp_arch": f"v{HTP_ARCH}",
-                  "soc_model": SOC_MODEL},
+                  "soc_model": SOC_MODEL, "n_params": mb.count_params({k: v.shape for k, v in w.items()})},
         "params": params,
         "artifacts": {"contexts": {}, "embed": {"file": efile, "dtype": edt}, "tokenizer": "tok/tokenizer.json"},
         "plan": {"op": "llama_generate", "ar": args.prefill_len if args.prefill != "none" else 1},

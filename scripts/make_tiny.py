@@ -50,7 +50,8 @@ def build(args) -> None:
         params["rope_scaling"] = c["rope_scaling"]
     man = {
         "schema_version": 1,
-        "model": {"name": name, "family": "llm", "arch": c["arch"], "dsp_arch": mb.DSP_ARCH, "soc_model": mb.SOC_MODEL},
+        "model": {"name": name, "family": "llm", "arch": c["arch"], "dsp_arch": mb.DSP_ARCH, "soc_model": mb.SOC_MODEL,
+                  "n_params": mb.count_params({tm.gguf_name(k): v.shape for k, v in w.items()})},
         "params": params,
         "artifacts": {"contexts": refs,
                       "embed": {"file": files["embed"], "dtype": edt}, "tokenizer": "tokenizer.json"},

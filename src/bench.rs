@@ -5,11 +5,14 @@
 //! Throughput is the mean ± sample standard deviation of the per-run tokens/s. Rows are
 //! printed as each test ends, in one of llama-bench's formats, with its field names.
 
+use crate::bundle::Loaded;
 use crate::engine::{Engine, GenConfig, Next};
 use crate::error::{Error, Result};
+use crate::genie::GenieModel;
 use crate::model::Model;
 use serde::Serialize;
 use std::io::Write;
+use std::path::{Path, PathBuf};
 
 /// Output format (`-o`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,9 +56,9 @@ pub struct RunInfo {
     pub backends: String,
     pub model_filename: String,
     pub model_type: String,
-    /// Bytes of the context binaries and the embedding table.
+    /// Bytes of the context binaries and the embedding table (a manifest's).
     pub model_size: u64,
-    /// From the manifest's `model.n_params`; 0 when it does not say.
+    /// From the manifest's `model.n_params`; 0 when it does not say (and for Genie).
     pub model_n_params: u64,
     pub n_ctx: usize,
     pub io_type: String,
@@ -67,43 +70,88 @@ pub struct RunInfo {
 }
 
 impl RunInfo {
-    /// Gather the facts of `model`; `commit` and `version` name the build.
-    pub fn new(model: &Model, zero_copy: bool, version: &str, commit: &str) -> RunInfo {
-        let m = &model.manifest;
-        let mut files: Vec<&std::path::Path> = vec![&m.embed];
-        for r in m.prefill.iter().chain([&m.decode, &m.lmhead]) {
-            if !files.contains(&r.bin.as_path()) {
-                files.push(&r.bin);
+    /// Gather the facts of a loaded bundle (qhx manifest or Genie); `commit` and `version`
+    /// name the build.
+    pub fn new(loaded: &Loaded, zero_copy: bool, version: &str, commit: &str) -> RunInfo {
+        let rt = loaded.rt();
+        let (filename, model_type, files, n_params, io_type) = match loaded {
+            Loaded::Manifest(model) => manifest_facts(model),
+            Loaded::Genie(g) => genie_facts(g),
+        };
+        let mut seen: Vec<&Path> = Vec::new();
+        let mut size = 0;
+        for p in &files {
+            if !seen.contains(&p.as_path()) {
+                seen.push(p);
+                size += std::fs::metadata(p).map_or(0, |md| md.len());
             }
         }
-        let size = files
-            .iter()
-            .filter_map(|p| std::fs::metadata(p).ok())
-            .map(|md| md.len())
-            .sum();
-        let api = model.rt.backend().core_api;
-        let name = if m.name.is_empty() {
-            "model"
-        } else {
-            m.name.as_str()
-        };
+        let api = rt.backend().core_api;
         RunInfo {
             build_commit: commit.to_string(),
             build_version: version.to_string(),
-            backends: format!("QNN {}", model.rt.backend().provider_name),
-            model_filename: m.path.display().to_string(),
-            model_type: format!("{name} ({})", m.arch.as_str()),
+            backends: format!("QNN {}", rt.backend().provider_name),
+            model_filename: filename,
+            model_type,
             model_size: size,
-            model_n_params: m.n_params.unwrap_or(0),
-            n_ctx: model.max_ctx,
-            io_type: short_dtype(model.io_dtype()),
+            model_n_params: n_params,
+            n_ctx: loaded.max_ctx(),
+            io_type,
             io_mode: if zero_copy { "rpcmem" } else { "client" }.to_string(),
-            perf_mode: model.rt.perf_mode.as_str().to_string(),
+            perf_mode: rt.perf_mode.as_str().to_string(),
             qnn_api: format!("{}.{}.{}", api.major, api.minor, api.patch),
-            soc_model: model.rt.device_facts.soc_model,
-            dsp_arch: model.rt.device_facts.dsp_arch,
+            soc_model: rt.device_facts.soc_model,
+            dsp_arch: rt.device_facts.dsp_arch,
         }
     }
+}
+
+/// (file name, model type, files counted in the size, parameters, I/O type).
+type Facts = (String, String, Vec<PathBuf>, u64, String);
+
+fn manifest_facts(model: &Model) -> Facts {
+    let m = &model.manifest;
+    let mut files = vec![m.embed.clone()];
+    for r in m.prefill.iter().chain([&m.decode, &m.lmhead]) {
+        files.push(r.bin.clone());
+    }
+    let name = if m.name.is_empty() {
+        "model"
+    } else {
+        m.name.as_str()
+    };
+    (
+        m.path.display().to_string(),
+        format!("{name} ({})", m.arch.as_str()),
+        files,
+        m.n_params.unwrap_or(0),
+        short_dtype(model.io_dtype()),
+    )
+}
+
+/// Genie configs name no model and no parameter count: the type is the bundle directory's
+/// name, the size the context binaries', the I/O type the activations' (and the KV cache's
+/// when it differs, as in AI Hub's w4a16 bundles with uint8 KV).
+fn genie_facts(g: &GenieModel) -> Facts {
+    let dir = g
+        .config_path
+        .canonicalize()
+        .ok()
+        .and_then(|p| p.parent().and_then(|d| d.file_name()).map(|n| n.to_owned()))
+        .map_or_else(|| "genie".to_string(), |n| n.to_string_lossy().into_owned());
+    let (act, kv) = g.io_dtypes();
+    let io = if act == kv {
+        short_dtype(act)
+    } else {
+        format!("{}/kv {}", short_dtype(act), short_dtype(kv))
+    };
+    (
+        g.config_path.display().to_string(),
+        format!("{dir} (genie)"),
+        g.cfg.ctx_bins.clone(),
+        0,
+        io,
+    )
 }
 
 /// `FLOAT_16` → `f16`, `UFIXED_POINT_16` → `ufixed16`: the short form for tables.

@@ -358,6 +358,11 @@ fn bench_json_rows_use_llama_bench_field_names() {
         })
         .collect();
     assert_eq!(sizes, [(12, 0), (0, 16)], "0 skips a test");
+    // The writer records its parameter count in the manifest; the bench rows carry it.
+    let n_params: usize = qnn_emu::writer::weights(&SynthSpec::default())
+        .iter()
+        .map(|(_, _, v)| v.len())
+        .sum();
     for r in rows {
         for key in [
             "build_commit",
@@ -393,6 +398,7 @@ fn bench_json_rows_use_llama_bench_field_names() {
         assert_eq!(r["perf_mode"], "burst");
         assert_eq!(r["io_mode"], "client");
         assert_eq!(r["soc_model"], 87);
+        assert_eq!(r["model_n_params"], n_params, "{r}");
     }
     // --json means -o json; jsonl is one object per line.
     let (o, _) = bench(

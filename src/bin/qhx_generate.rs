@@ -80,21 +80,18 @@ fn run(args: Args, cancel: CancelToken) -> Result<ExitCode> {
     let mut out = qhx::qnn::stdio::stdout();
     match &req.mode {
         Mode::Bench { cfg, format } => {
-            let Some(model) = model.model() else {
-                anyhow::bail!("--bench runs manifest bundles; this is a Genie bundle");
-            };
-            let (tests, warnings) = qhx::bench::plan(cfg, model.max_ctx);
+            let (tests, warnings) = qhx::bench::plan(cfg, model.max_ctx());
             for w in warnings {
                 qhx::elog!("qhx: warning: bench {w}");
             }
             let info = qhx::bench::RunInfo::new(
-                model,
+                &model,
                 engine.zero_copy(),
                 env!("CARGO_PKG_VERSION"),
                 qhx::cli::BUILD_COMMIT,
             );
             let mut printer = qhx::bench::Printer::new(*format, &mut out);
-            let vocab = model.manifest.params.vocab;
+            let vocab = req.bundle.vocab();
             qhx::bench::run(&mut engine, cfg, &info, &tests, vocab, &mut printer)
                 .context("benchmark run")?;
             Ok(if cfg.cancel.is_cancelled() {

@@ -258,6 +258,17 @@ impl GenieModel {
     pub fn n_layers(&self) -> usize {
         self.variants[0].layers.len()
     }
+
+    /// QNN dtype names of the activations (the attention mask) and of the K/V cache, as the
+    /// decode variant's binary declares them.
+    pub fn io_dtypes(&self) -> (&'static str, &'static str) {
+        let v = self.variants.last().expect("at least one variant");
+        let name =
+            |(split, i): (usize, usize)| qnn_sys::dtype::name(v.splits[split].desc.inputs[i].dtype);
+        let act = v.masks.first().map_or("UNKNOWN", |&m| name(m));
+        let kv = v.layers.first().map_or(act, |l| name(l.key_in));
+        (act, kv)
+    }
 }
 
 /// Group graphs into variants by (AR, CL), order splits by name, and resolve roles.

@@ -408,9 +408,12 @@ pub fn write_bundle(dir: &Path, s: &SynthSpec) -> std::io::Result<PathBuf> {
             tiny_tokenizer_json().as_bytes(),
         )?,
     }
+    // Null-compute bundles hold no weights to count.
+    let n_params = (!w.is_empty()).then(|| w.iter().map(|(_, _, v)| v.len()).sum::<usize>());
     let manifest = json!({
         "schema_version": 1,
-        "model": {"name": name, "family": "llm", "arch": s.arch, "dsp_arch": "v81", "soc_model": 87},
+        "model": {"name": name, "family": "llm", "arch": s.arch, "dsp_arch": "v81", "soc_model": 87,
+                  "n_params": n_params},
         "params": {"hidden": s.hidden, "vocab": s.vocab, "n_layers": s.n_layers, "n_heads": s.n_heads,
                    "n_kv_heads": s.n_kv_heads, "head_dim": s.head_dim, "max_ctx": s.ctx,
                    "rope_theta": s.rope_theta, "bos_token_id": null, "eos_token_id": s.eos},
