@@ -126,11 +126,7 @@ def genie_graph(p: dict, w: dict, emb: np.ndarray, name: str, ar: int, cl: int, 
         o = g.shape(g.op("MatMul", [pr, v_all]), [nh, ar, Dh])
         o = g.shape(g.op("Transpose", [o], perm=[1, 0, 2]), [ar, nh * Dh])
         x = g.op("Add", [x, g.linear(o, w[b + "attn_output.weight"])])
-        n = g.rmsnorm(x, w[b + "ffn_norm.weight"], eps, pre)
-        gate = g.linear(n, w[b + "ffn_gate.weight"])
-        up = g.linear(n, w[b + "ffn_up.weight"])
-        act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])
-        x = g.op("Add", [x, g.linear(act, w[b + "ffn_down.weight"])])
+        x = g.mlp_residual(x, w, b, eps, pre)
     if last:
         x = g.rmsnorm(x, w["output_norm.weight"], eps, pre)
         head = w.get("output.weight", w.get("token_embd.weight"))

@@ -50,6 +50,14 @@ class G:
         y = self.op("MatMul", [x, self.const(np.ascontiguousarray(w.T.astype(np.float32)), "w")])
         return self.op("Add", [y, self.const(b.astype(np.float32), "b")]) if b is not None else y
 
+    def mlp_residual(self, x, w, b, eps, prescale=1.0):
+        """x + down(silu(gate(n)) * up(n)) with n = ffn_norm(x): a layer's second half."""
+        n = self.rmsnorm(x, w[b + "ffn_norm.weight"], eps, prescale)
+        gate = self.linear(n, w[b + "ffn_gate.weight"])
+        up = self.linear(n, w[b + "ffn_up.weight"])
+        act = self.op("Mul", [self.op("Mul", [gate, self.op("Sigmoid", [gate])]), up])
+        return self.op("Add", [x, self.linear(act, w[b + "ffn_down.weight"])])
+
     def rope(self, x, cos, sin, dh):
         # rotate-half: x*cos + [-x2, x1]*sin; cos/sin broadcast over heads ([R, 1, Dh]).
         half = self.const(np.array([dh // 2, dh // 2], np.int64))
@@ -136,11 +144,7 @@ def layer_graph(p: dict, w: dict, spec: dict, opts: dict) -> onnx.ModelProto:
         o = g.shape(g.op("MatMul", [pr, vall]), [nh, R, Dh])
         o = g.shape(g.op("Transpose", [o], perm=[1, 0, 2]), [R, Q])
         x = g.op("Add", [x, g.linear(o, w[b + "attn_output.weight"])])
-        n = g.rmsnorm(x, w[b + "ffn_norm.weight"], eps, pre)
-        gate = g.linear(n, w[b + "ffn_gate.weight"])
-        up = g.linear(n, w[b + "ffn_up.weight"])
-        act = g.op("Mul", [g.op("Mul", [gate, g.op("Sigmoid", [gate])]), up])
-        x = g.op("Add", [x, g.linear(act, w[b + "ffn_down.weight"])])
+        x = g.mlp_residual(x, w, b, eps, pre)
     if spec.get("final_norm"):
         x = g.rmsnorm(x, w["output_norm.weight"], eps, pre)
     g.shape(x, out_dims["y"], out="y")

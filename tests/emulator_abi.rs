@@ -29,6 +29,19 @@ fn rms_norm_matmul(x: &[f32], norm: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
         .collect()
 }
 
+/// A context binary holding only the lm-head graph of `spec`, written under a fresh `tag`
+/// directory: (bytes, path).
+fn lm_head_binary(spec: &SynthSpec, tag: &str) -> (Vec<u8>, std::path::PathBuf) {
+    let w = weights(spec);
+    let (_, _, lm) = graphs(spec);
+    let bin = context_binary(spec, &[lm], &w, |n| {
+        n == "output_norm.weight" || n == "output.weight"
+    });
+    let path = common::tmp(tag).join("lm.bin");
+    std::fs::write(&path, &bin).unwrap();
+    (bin, path)
+}
+
 #[test]
 fn lm_head_graph_executes_through_the_c_abi() {
     let _serial = serial();
@@ -37,13 +50,7 @@ fn lm_head_graph_executes_through_the_c_abi() {
         hidden: 48,
         ..Default::default()
     };
-    let w = weights(&spec);
-    let (_, _, lm) = graphs(&spec);
-    let bin = context_binary(&spec, &[lm], &w, |n| {
-        n == "output_norm.weight" || n == "output.weight"
-    });
-    let path = common::tmp("abi").join("lm.bin");
-    std::fs::write(&path, &bin).unwrap();
+    let (bin, path) = lm_head_binary(&spec, "abi");
 
     let lib = common::emu();
     let rt = Arc::new(Runtime::new(&lib, &lib, 0).expect("load emulator as backend + system"));
@@ -66,6 +73,7 @@ fn lm_head_graph_executes_through_the_c_abi() {
     let mut got = vec![0f32; 300];
     b.output(0).read_f32(0, &mut got);
 
+    let w = weights(&spec);
     let norm = &w
         .iter()
         .find(|(n, _, _)| n == "output_norm.weight")
@@ -85,13 +93,7 @@ fn lm_head_graph_executes_through_the_c_abi() {
 fn execute_rejects_a_wrong_buffer_with_a_graph_error() {
     let _serial = serial();
     let spec = SynthSpec::default();
-    let w = weights(&spec);
-    let (_, _, lm) = graphs(&spec);
-    let bin = context_binary(&spec, &[lm], &w, |n| {
-        n == "output_norm.weight" || n == "token_embd.weight"
-    });
-    let path = common::tmp("abi-bad").join("lm.bin");
-    std::fs::write(&path, &bin).unwrap();
+    let (bin, path) = lm_head_binary(&spec, "abi-bad");
     let lib = common::emu();
     let rt = Arc::new(Runtime::new(&lib, &lib, 0).unwrap());
     let info = read_binary_info(&rt, &bin, &path).unwrap();
@@ -129,13 +131,7 @@ fn garbage_binary_is_a_malformed_binary_error() {
 fn a_mem_handle_from_another_context_is_rejected() {
     let _serial = serial();
     let spec = SynthSpec::default();
-    let w = weights(&spec);
-    let (_, _, lm) = graphs(&spec);
-    let bin = context_binary(&spec, &[lm], &w, |n| {
-        n == "output_norm.weight" || n == "token_embd.weight"
-    });
-    let path = common::tmp("abi-memctx").join("lm.bin");
-    std::fs::write(&path, &bin).unwrap();
+    let (bin, path) = lm_head_binary(&spec, "abi-memctx");
     let lib = common::emu();
     let mut rt = Runtime::new(&lib, &lib, 0).unwrap();
     rt.load_rpcmem(&lib).expect("the emulator exports rpcmem");
