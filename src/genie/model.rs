@@ -158,31 +158,36 @@ impl GenieModel {
                 });
             }
         }
-        let tokenizer = Tokenizer::load(&cfg.tokenizer)?;
-        let (rt, rpcmem_note, warnings) = open_runtime(backend, system, opts)?;
-        let mut graphs: Vec<(Graph, GraphDesc)> = Vec::new();
-        let mut context_ms = Vec::new();
-        // Contexts one after another (the real backend crashed on overlapping creations).
-        for bin in &cfg.ctx_bins {
-            let tc = Instant::now();
-            let file = std::fs::File::open(bin).map_err(|e| Error::io(bin, e))?;
-            let map = qnn::map_file(&file, bin)?;
-            let info = qnn::read_binary_info(&rt, &map, bin)?;
-            let ctx: Arc<Context> = Context::from_binary(&rt, &map, bin)?;
-            drop(map);
-            for d in info.graphs {
-                for t in d.inputs.iter().chain(&d.outputs) {
-                    if !qnn::buffer_dtype_supported(t.dtype) {
-                        return Err(Error::graph(
-                            &d.name,
-                            format!("{} has a data type the host cannot handle", t.describe()),
-                        ));
-                    }
-                }
-                graphs.push((ctx.graph(&d.name)?, d));
+        let progress = |stage: &str| {
+            if let Some(p) = opts.progress {
+                p(stage)
             }
-            context_ms.push((bin.clone(), tc.elapsed().as_secs_f64() * 1000.0));
-        }
+        };
+        // As for manifest bundles: the tokenizer parses on its own thread while the
+        // contexts are created, and its errors still come first.
+        let tok_path = cfg.tokenizer.clone();
+        let tok_thread = std::thread::spawn(move || Tokenizer::load(&tok_path));
+        let stage2 = (|| -> Result<_> {
+            progress("QNN libraries");
+            let (rt, rpcmem_note, warnings) = open_runtime(backend, system, opts)?;
+            let mut graphs: Vec<(Graph, GraphDesc)> = Vec::new();
+            let mut context_ms = Vec::new();
+            // Contexts one after another (the real backend crashed on overlapping creations).
+            let n = cfg.ctx_bins.len();
+            for (k, bin) in cfg.ctx_bins.iter().enumerate() {
+                let name = bin.file_name().unwrap_or_default().to_string_lossy();
+                progress(&format!("context {}/{n} ({name})", k + 1));
+                let tc = Instant::now();
+                graphs.extend(load_context(&rt, bin)?);
+                context_ms.push((bin.clone(), tc.elapsed().as_secs_f64() * 1000.0));
+            }
+            Ok((rt, rpcmem_note, warnings, graphs, context_ms))
+        })();
+        let tokenizer = tok_thread
+            .join()
+            .unwrap_or_else(|_| Err(Error::ThreadPanicked("tokenizer-loading")))?;
+        let (rt, rpcmem_note, warnings, graphs, context_ms) = stage2?;
+        progress("graphs");
         let variants = group(graphs)?;
         let v0 = &variants[0];
         let (s, i) = v0.layers[0].value_in;
@@ -269,6 +274,29 @@ impl GenieModel {
         let kv = v.layers.first().map_or(act, |l| name(l.key_in));
         (act, kv)
     }
+}
+
+/// Create the context of one binary and list its graphs; every I/O dtype must be one the
+/// host can fill and read.
+fn load_context(rt: &Arc<Runtime>, bin: &Path) -> Result<Vec<(Graph, GraphDesc)>> {
+    let file = std::fs::File::open(bin).map_err(|e| Error::io(bin, e))?;
+    let map = qnn::map_file(&file, bin)?;
+    let info = qnn::read_binary_info(rt, &map, bin)?;
+    let ctx: Arc<Context> = Context::from_binary(rt, &map, bin)?;
+    drop(map);
+    let mut graphs = Vec::new();
+    for d in info.graphs {
+        for t in d.inputs.iter().chain(&d.outputs) {
+            if !qnn::buffer_dtype_supported(t.dtype) {
+                return Err(Error::graph(
+                    &d.name,
+                    format!("{} has a data type the host cannot handle", t.describe()),
+                ));
+            }
+        }
+        graphs.push((ctx.graph(&d.name)?, d));
+    }
+    Ok(graphs)
 }
 
 /// Group graphs into variants by (AR, CL), order splits by name, and resolve roles.
