@@ -14,7 +14,8 @@
 #                                   and head-major K/V
 #   QHX_REAL=full adds:
 #   smollm2-fp16-window             SmolLM2-135M-Instruct real weights, fp16, AR=64 window (slow)
-#   smollm2-w8a16-window            the same, W8A16 (calibrated on the SmolLM2 goldens)
+#   smollm2-w8a16-window            the same, W8A16 (calibrated on the SmolLM2 goldens) with the
+#                                   residual adds and RMSNorms in fp16 (--float-residual)
 #   scripts/build-real.sh NAME...   builds only the named bundles (any of the above)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,7 +70,8 @@ if [[ ${QHX_REAL:-ci} == full || $only == *smollm2* ]]; then
     build smollm2-fp16-window --family smollm2 --gguf "$gguf" --tokenizer "$smoltok" --prefill window \
         --prefill-len 64 --ctx 512 --norm-prescale 0.015625
     build smollm2-w8a16-window --family smollm2 --gguf "$gguf" --tokenizer "$smoltok" --precision w8a16 \
-        --prefill window --prefill-len 64 --ctx 512 --calib tests/goldens/parity/smollm2_{short,code,question}.json
+        --float-residual --norm-prescale 0.015625 --prefill window --prefill-len 64 --ctx 512 \
+        --calib tests/goldens/parity/smollm2_{short,code,question}.json
 fi
 # Directories of bundles this script no longer makes would be picked up by the parity run.
 [[ $only == "  " ]] && for d in "$out"/*/; do

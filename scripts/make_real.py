@@ -26,6 +26,11 @@ Precision:
          Graph I/O is uint16 (the Q/DQ at the boundary removed, their scale/offset kept), so
          the binaries carry UFIXED_POINT_16 I/O. The lm-head stays fp16 (it reads the
          in-graph-normalised hidden state, as in the emulator's fixed-point bundles).
+         --float-residual leaves the residual adds and per-layer RMSNorms unquantized: they
+         run in fp16 on the HTP (graph I/O stays uint16). SmolLM2 needs it: its residual
+         stream reaches |x| ~ 22,550 (median ~13), so one 16-bit range per tensor there
+         leaves a step of ~0.7 and the first token moves with one-step input changes
+         (scripts/real_sensitivity.py).
 """
 from __future__ import annotations
 
@@ -50,6 +55,9 @@ QNN_OPTIONS = {
     "fp16": {"backend_type": "htp", "enable_htp_fp16_precision": "1", "soc_model": str(SOC_MODEL),
              "htp_arch": str(HTP_ARCH)},
     "w8a16": {"backend_type": "htp", "soc_model": str(SOC_MODEL), "htp_arch": str(HTP_ARCH)},
+    # --float-residual: the float nodes left in a QDQ graph run in fp16 on the HTP.
+    "w8a16-mixed": {"backend_type": "htp", "enable_htp_fp16_precision": "1", "soc_model": str(SOC_MODEL),
+                    "htp_arch": str(HTP_ARCH)},
 }
 # Hidden-slot score of quantized graphs: a 16-bit tensor cannot span -30000..10, so the mask
 # selects this floor instead of adding -inf (e^-60 is zero for softmax all the same).
@@ -154,11 +162,18 @@ class Reader:
         return next(self.it, None)
 
 
-def quantize(src: str, dst: str, feeds: list) -> None:
+def quantize(src: str, dst: str, feeds: list, float_residual: bool) -> None:
+    """QDQ-quantize `src`; with `float_residual`, its residual adds and per-layer RMSNorms
+    (listed by real_graphs in a model property) stay float."""
+    import onnx
     from onnxruntime.quantization import QuantType, quantize as ort_quantize
     from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
+    exclude = []
+    if float_residual:
+        props = {p.key: p.value for p in onnx.load(src).metadata_props}
+        exclude = json.loads(props.get(rg.FLOAT_NODES_KEY, "[]"))
     cfg = get_qnn_qdq_config(src, Reader(feeds), activation_type=QuantType.QUInt16,
-                             weight_type=QuantType.QUInt8)
+                             weight_type=QuantType.QUInt8, nodes_to_exclude=exclude)
     ort_quantize(src, dst, cfg)
 
 
@@ -269,10 +284,10 @@ def build(args) -> None:
                 continue
             qpath = os.path.join(work, f"{role}.qdq.onnx")
             t1 = time.monotonic()
-            quantize(float_paths[role], qpath, feeds[role])
+            quantize(float_paths[role], qpath, feeds[role], args.float_residual)
             quant = quantized_io(qpath)
             log(f"quantized {role} on {len(feeds[role])} calibration executes ({time.monotonic() - t1:.1f}s)")
-            to_compile[role] = (qpath, "w8a16", quant)
+            to_compile[role] = (qpath, "w8a16-mixed" if args.float_residual else "w8a16", quant)
         to_compile["lmhead"] = (float_paths["lmhead"], "fp16", {})
     else:
         to_compile = {r: (pth, "fp16", {}) for r, pth in float_paths.items()}
@@ -311,11 +326,16 @@ def main() -> int:
     ap.add_argument("--norm-prescale", type=float, default=1.0,
                     help="scale RMSNorm inputs by this before squaring (fp16 range; SmolLM2 needs 1/64)")
     ap.add_argument("--calib", nargs="*", default=[], help="golden JSON files whose prompts calibrate w8a16")
+    ap.add_argument("--float-residual", action="store_true",
+                    help="w8a16: keep the residual adds and per-layer RMSNorms in fp16 (mixed precision; "
+                         "SmolLM2's residual outliers make 16-bit ranges there too coarse)")
     args = ap.parse_args()
     if args.family == "smollm2" and not args.gguf:
         ap.error("--family smollm2 needs --gguf")
     if args.precision == "w8a16" and not args.calib:
         ap.error("--precision w8a16 needs --calib")
+    if args.float_residual and args.precision != "w8a16":
+        ap.error("--float-residual applies to --precision w8a16")
     build(args)
     return 0
 

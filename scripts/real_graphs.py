@@ -8,11 +8,16 @@ shape have identical graph I/O.
 """
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 21
+# Model property listing the layer graph's residual adds and per-layer RMSNorm nodes, which
+# make_real.py --float-residual keeps out of quantization.
+FLOAT_NODES_KEY = "qhx_float_nodes"
 
 
 class G:
@@ -20,6 +25,7 @@ class G:
 
     def __init__(self):
         self.nodes, self.inits, self.n = [], [], 0
+        self.float_nodes = []  # names of the residual adds and RMSNorms (see float_residual)
 
     def name(self, hint: str) -> str:
         self.n += 1
@@ -39,8 +45,19 @@ class G:
         return self.op("Reshape", [x, self.const(np.array(dims, np.int64), "shape")], out=out)
 
     def rmsnorm(self, x, w, eps, prescale=1.0):
+        k = len(self.nodes)
+        y = self._rmsnorm(x, w, eps, prescale)
+        self.float_nodes += [n.name for n in self.nodes[k:]]
+        return y
+
+    def residual(self, x, delta):
+        y = self.op("Add", [x, delta])
+        self.float_nodes.append(self.nodes[-1].name)
+        return y
+
+    def _rmsnorm(self, x, w, eps, prescale):
         # x / sqrt(mean(x^2) + eps) * w, with x scaled by `prescale` first so that x^2 stays in
-        # fp16 range on the HTP (SmolLM2's residual stream carries outliers near 8000).
+        # fp16 range on the HTP (SmolLM2's residual stream carries outliers near 22,000).
         xs = self.op("Mul", [x, self.const(np.float32(prescale))]) if prescale != 1.0 else x
         ms = self.op("ReduceMean", [self.op("Mul", [xs, xs]), self.const(np.array([-1], np.int64))], keepdims=1)
         den = self.op("Sqrt", [self.op("Add", [ms, self.const(np.float32(eps * prescale * prescale))])])
@@ -56,7 +73,7 @@ class G:
         gate = self.linear(n, w[b + "ffn_gate.weight"])
         up = self.linear(n, w[b + "ffn_up.weight"])
         act = self.op("Mul", [self.op("Mul", [gate, self.op("Sigmoid", [gate])]), up])
-        return self.op("Add", [x, self.linear(act, w[b + "ffn_down.weight"])])
+        return self.residual(x, self.linear(act, w[b + "ffn_down.weight"]))
 
     def rope(self, x, cos, sin, dh):
         # rotate-half: x*cos + [-x2, x1]*sin; cos/sin broadcast over heads ([R, 1, Dh]).
@@ -143,14 +160,17 @@ def layer_graph(p: dict, w: dict, spec: dict, opts: dict) -> onnx.ModelProto:
         pr = g.op("Softmax", [s], axis=-1)
         o = g.shape(g.op("MatMul", [pr, vall]), [nh, R, Dh])
         o = g.shape(g.op("Transpose", [o], perm=[1, 0, 2]), [R, Q])
-        x = g.op("Add", [x, g.linear(o, w[b + "attn_output.weight"])])
+        x = g.residual(x, g.linear(o, w[b + "attn_output.weight"]))
         x = g.mlp_residual(x, w, b, eps, pre)
+    layer_float = list(g.float_nodes)  # the final norm stays quantized: it makes output y
     if spec.get("final_norm"):
         x = g.rmsnorm(x, w["output_norm.weight"], eps, pre)
     g.shape(x, out_dims["y"], out="y")
     graph = helper.make_graph(g.nodes, spec["name"], [vi(t) for t in spec["inputs"]],
                               [vi(t) for t in spec["outputs"]], g.inits)
-    return finish(graph)
+    m = finish(graph)
+    helper.set_model_props(m, {FLOAT_NODES_KEY: json.dumps(layer_float)})
+    return m
 
 
 def lmhead_graph(p: dict, w: dict, spec: dict, opts: dict) -> onnx.ModelProto:
