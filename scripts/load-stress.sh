@@ -19,15 +19,17 @@ bin=target/release/qhx_generate
 [[ -x $bin ]] || cargo build --release --quiet
 crashes=0
 declare -A codes=()
+err=$(mktemp)
+trap 'rm -f "$err"' EXIT
 t0=$(date +%s)
 for ((i = 1; i <= n; i++)); do
     rc=0
     LD_LIBRARY_PATH=$lib "$bin" "$manifest" "$lib/libQnnHtp.so" "$lib/libQnnSystem.so" "$dir" 1 a \
-        "$@" >/dev/null 2>/tmp/qhx-load-stress.err || rc=$?
+        "$@" >/dev/null 2>"$err" || rc=$?
     if [[ $rc -ne 0 ]]; then
         crashes=$((crashes + 1))
         codes[$rc]=$(( ${codes[$rc]:-0} + 1 ))
-        printf 'load-stress: run %d exited %d: %s\n' "$i" "$rc" "$(tail -n 1 /tmp/qhx-load-stress.err)" >&2
+        printf 'load-stress: run %d exited %d: %s\n' "$i" "$rc" "$(tail -n 1 "$err")" >&2
     fi
     (( i % 50 == 0 )) && printf 'load-stress: %d/%d runs, %d crashes\n' "$i" "$n" "$crashes" >&2
 done
