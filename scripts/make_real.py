@@ -177,6 +177,15 @@ def quantize(src: str, dst: str, feeds: list, float_residual: bool) -> None:
     ort_quantize(src, dst, cfg)
 
 
+def rename(nodes, field: str, old: str, new: str) -> None:
+    """Point every node's `field` ("input" or "output") entries named `old` at `new`."""
+    for n in nodes:
+        names = getattr(n, field)
+        for k, x in enumerate(names):
+            if x == old:
+                names[k] = new
+
+
 def quantized_io(path: str) -> dict:
     """Make the graph I/O of a QDQ model uint16: an input that feeds a QuantizeLinear becomes
     that Q's output, an output made by a DequantizeLinear becomes that DQ's input. Returns
@@ -194,10 +203,7 @@ def quantized_io(path: str) -> dict:
             raise SystemExit(f"make_real: error: input {inp.name} does not enter through one QuantizeLinear")
         q = qs[0]
         scale, zp = inits[q.input[1]], inits[q.input[2]]
-        for n in g.node:
-            for k, x in enumerate(n.input):
-                if x == q.output[0]:
-                    n.input[k] = inp.name
+        rename(g.node, "input", q.output[0], inp.name)
         drop.append(q)
         inp.type.tensor_type.elem_type = onnx.helper.np_dtype_to_tensor_dtype(zp.dtype)
         quant[inp.name] = (float(np.float32(scale)), -int(zp))
@@ -207,14 +213,8 @@ def quantized_io(path: str) -> dict:
             raise SystemExit(f"make_real: error: output {out.name} does not leave through a DequantizeLinear")
         d = dq[0]
         scale, zp = inits[d.input[1]], inits[d.input[2]]
-        for n in g.node:
-            for k, x in enumerate(n.output):
-                if x == d.input[0]:
-                    n.output[k] = out.name
-        for n in g.node:
-            for k, x in enumerate(n.input):
-                if x == d.input[0]:
-                    n.input[k] = out.name
+        rename(g.node, "output", d.input[0], out.name)
+        rename(g.node, "input", d.input[0], out.name)
         drop.append(d)
         out.type.tensor_type.elem_type = onnx.helper.np_dtype_to_tensor_dtype(zp.dtype)
         quant[out.name] = (float(np.float32(scale)), -int(zp))
