@@ -186,11 +186,36 @@ def supported(qtype: int) -> bool:
     return qtype in BLOCK
 
 
+# names of the GGML types this package does not read, for error messages
+OTHER_TYPES = {
+    9: "Q8_1",
+    10: "Q2_K",
+    11: "Q3_K",
+    15: "Q8_K",
+    16: "IQ2_XXS",
+    17: "IQ2_XS",
+    18: "IQ3_XXS",
+    19: "IQ1_S",
+    20: "IQ4_NL",
+    21: "IQ3_S",
+    22: "IQ2_S",
+    23: "IQ4_XS",
+    24: "I8",
+    25: "I16",
+    26: "I32",
+    27: "I64",
+    28: "F64",
+    29: "IQ1_M",
+    34: "TQ1_0",
+    35: "TQ2_0",
+    39: "MXFP4",
+}
+
+
 def type_name(qtype: int) -> str:
-    try:
+    if qtype in BLOCK:
         return GgmlType(qtype).name
-    except ValueError:
-        return f"type {qtype}"
+    return OTHER_TYPES.get(qtype, f"type {qtype}")
 
 
 def nbytes(qtype: int, shape: Sequence[int]) -> int:
@@ -205,14 +230,18 @@ def dequantize(raw: np.ndarray, qtype: int, shape: Sequence[int], what: str = "t
     `what` names the tensor in error messages.
     """
     if qtype not in BLOCK:
-        raise ExportError(f"{what}: GGML {type_name(qtype)} is not supported "
-                          f"(supported: {', '.join(t.name for t in BLOCK)})")
+        raise ExportError(
+            f"{what}: GGML {type_name(qtype)} is not supported "
+            f"(supported: {', '.join(t.name for t in BLOCK)})"
+        )
     t = GgmlType(qtype)
     values, size = BLOCK[t]
     shape = [int(x) for x in shape]
     if not shape or shape[-1] % values:
-        raise ExportError(f"{what}: row length {shape[-1] if shape else 0} is not a multiple of "
-                          f"the {t.name} block ({values})")
+        raise ExportError(
+            f"{what}: row length {shape[-1] if shape else 0} is not a multiple of "
+            f"the {t.name} block ({values})"
+        )
     data = np.asarray(raw).reshape(-1).view(np.uint8)
     want = math.prod(shape) // values * size
     if data.size != want:

@@ -1,0 +1,8 @@
+"""Decoder families. Importing this package registers every family module in it."""
+
+from __future__ import annotations
+
+from qhx_export.families import llama, qwen2, qwen3
+from qhx_export.families.base import Config, Family, for_gguf_arch, for_hf_config, registered
+
+__all__ = ["Config", "Family", "for_gguf_arch", "for_hf_config", "llama", "qwen2", "qwen3", "registered"]

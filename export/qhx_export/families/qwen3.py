@@ -1,0 +1,31 @@
+"""Qwen3 (dense): no q/k/v bias, an RMSNorm over each head's q and k (QK-norm) before RoPE, and
+head_dim given explicitly (it is not hidden / n_heads: Qwen3-0.6B has 1024 / 16 heads of 128).
+
+llama.cpp stores Qwen3 q/k rows in HF order, and the norms as blk.N.attn_q_norm / attn_k_norm.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from qhx_export.families.base import Config, Family, Weights, rms_norm
+
+
+class Qwen3(Family):
+    name = "qwen3"
+    gguf_arches: ClassVar[tuple[str, ...]] = ("qwen3",)
+    hf_model_types: ClassVar[tuple[str, ...]] = ("qwen3",)
+    hf_architecture = "Qwen3ForCausalLM"
+    qk_norm = True
+
+    @classmethod
+    def project_qkv(cls, c: Config, w: Weights, i: int, h: np.ndarray) -> tuple[np.ndarray, ...]:
+        q, k, v = super().project_qkv(c, w, i, h)
+        b = f"blk.{i}."
+        return (
+            rms_norm(q, w[b + "attn_q_norm.weight"], c.rms_eps),
+            rms_norm(k, w[b + "attn_k_norm.weight"], c.rms_eps),
+            v,
+        )
