@@ -4,7 +4,9 @@
 //! dtype, quantization, dims, bytes), read through libQnnSystem. With `-` as the backend
 //! only the system library is loaded, so this runs on a host with the SDK's x86_64
 //! libQnnSystem to help write a manifest. `--json` prints one JSON document on stdout.
-//! Exit codes: 0 ok, 1 failure (one line on stderr), 2 usage.
+//! A file that cannot be read as a context binary is reported (one line on stderr, and in
+//! the JSON document's `errors`) and the next one is inspected.
+//! Exit codes: 0 ok, 1 failure (one line on stderr per failed file), 2 usage.
 
 #![forbid(unsafe_code)]
 
@@ -28,8 +30,7 @@ struct Args {
     backend_lib: String,
     /// QNN system library (libQnnSystem.so / QnnSystem.dll).
     system_lib: PathBuf,
-    /// Context binaries to inspect.
-    #[arg(required = true)]
+    /// Context binaries to inspect (checked in `run`, to name a misplaced argument).
     bins: Vec<PathBuf>,
     /// Print one JSON document on stdout instead of text.
     #[arg(long)]
@@ -47,7 +48,99 @@ fn main() -> ExitCode {
             "qhx_inspect: warning: cannot keep stdout private ({e}); library output may mix in"
         );
     }
-    qhx::cli::finish("qhx_inspect", run(&args).map(|()| ExitCode::SUCCESS))
+    qhx::cli::finish("qhx_inspect", run(&args))
+}
+
+/// The argument order, for usage errors.
+const ORDER: &str = "the arguments are <libQnnHtp.so|-> <libQnnSystem.so> <context.bin>...";
+
+/// What a file's first bytes say it is, when that is plainly not a context binary.
+fn sniff(head: &[u8]) -> Option<&'static str> {
+    if head.starts_with(b"\x7fELF") || head.starts_with(b"MZ") {
+        Some("a shared library")
+    } else if head.starts_with(b"GGUF") {
+        Some("a GGUF model file")
+    } else if head.trim_ascii_start().first() == Some(&b'{') {
+        Some("a JSON file")
+    } else {
+        None
+    }
+}
+
+/// Whether a path names a shared library rather than a context binary: by its name
+/// (`.so`, `.so.N`, `.dll`, `.dylib`), else by its first bytes (ELF, PE). A path that
+/// cannot be read is given the benefit of the doubt: loading it names the problem.
+fn looks_like_library(p: &Path) -> bool {
+    let name = p.file_name().unwrap_or_default().to_string_lossy();
+    if name.ends_with(".so")
+        || name.contains(".so.")
+        || name.ends_with(".dll")
+        || name.ends_with(".dylib")
+    {
+        return true;
+    }
+    if p.extension().is_some_and(|e| e == "bin") {
+        return false;
+    }
+    let mut head = [0u8; 4];
+    match std::fs::File::open(p).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head)) {
+        Ok(()) => sniff(&head) == Some("a shared library"),
+        Err(_) => true,
+    }
+}
+
+/// Usage errors clap cannot see: no context binary, or a context binary where a library
+/// belongs (`qhx_inspect LIB x.bin`, the `-` forgotten).
+fn check_order(args: &Args) -> Result<()> {
+    let backend = Path::new(&args.backend_lib);
+    if args.backend_lib != "-" && !looks_like_library(backend) {
+        return Err(qhx::cli::usage(format!(
+            "{} is not a QNN backend library (a context binary?): {ORDER}",
+            backend.display()
+        )));
+    }
+    if !looks_like_library(&args.system_lib) {
+        // `qhx_inspect LIB x.bin...`: LIB is the system library and `-` was forgotten.
+        let fix = if args.backend_lib != "-" {
+            format!(
+                "; to load only the system library, put `-` first: qhx_inspect - {} {}{}",
+                args.backend_lib,
+                args.system_lib.display(),
+                if args.bins.is_empty() { "" } else { " ..." }
+            )
+        } else {
+            String::new()
+        };
+        return Err(qhx::cli::usage(format!(
+            "{} is a context binary, not the system library: {ORDER}{fix}",
+            args.system_lib.display()
+        )));
+    }
+    if args.bins.is_empty() {
+        return Err(qhx::cli::usage(format!("no context binary given: {ORDER}")));
+    }
+    Ok(())
+}
+
+/// Read one context binary's info, with a hint when its contents show what it is instead.
+fn inspect_one(libs: &Libs, bin: &Path) -> Result<(usize, BinaryInfo)> {
+    let bytes = std::fs::read(bin).with_context(|| format!("reading {}", bin.display()))?;
+    if bytes.is_empty() {
+        anyhow::bail!("{}: the file is empty (a truncated copy?)", bin.display());
+    }
+    let info = match libs {
+        Libs::Full(rt) => qnn::read_binary_info(rt, &bytes, bin),
+        Libs::System(sys) => qnn::read_binary_info_with(sys, &bytes, bin),
+    };
+    let info = match (info, sniff(&bytes[..bytes.len().min(64)])) {
+        (Ok(info), _) => info,
+        (Err(e), Some(what)) => {
+            return Err(anyhow::Error::new(e)
+                .context(format!("{} is {what}, not a context binary", bin.display())))
+        }
+        (Err(e), None) => return Err(e.into()),
+    };
+    Ok((bytes.len(), info))
 }
 
 /// What a tensor is probably for, from its name, side and shape (the LFM2 contract names
@@ -204,7 +297,8 @@ enum Libs {
     System(qnn::SystemLibrary),
 }
 
-fn run(args: &Args) -> Result<()> {
+fn run(args: &Args) -> Result<ExitCode> {
+    check_order(args)?;
     let libs = if args.backend_lib == "-" {
         Libs::System(
             qnn::SystemLibrary::load(&args.system_lib)
@@ -217,20 +311,23 @@ fn run(args: &Args) -> Result<()> {
         ))
     };
     let mut docs = Vec::new();
+    let mut errors = Vec::new();
     let mut out = qhx::qnn::stdio::stdout();
     for bin in &args.bins {
-        let bytes = std::fs::read(bin).with_context(|| format!("reading {}", bin.display()))?;
-        if bytes.is_empty() {
-            anyhow::bail!("{}: the file is empty", bin.display());
-        }
-        let info = match &libs {
-            Libs::Full(rt) => qnn::read_binary_info(rt, &bytes, bin)?,
-            Libs::System(sys) => qnn::read_binary_info_with(sys, &bytes, bin)?,
-        };
-        if args.json {
-            docs.push(info_json(bin, bytes.len(), &info));
-        } else {
-            write_text(&mut out, bin, bytes.len(), &info)?;
+        match inspect_one(&libs, bin) {
+            Ok((size, info)) => {
+                if args.json {
+                    docs.push(info_json(bin, size, &info));
+                } else {
+                    write_text(&mut out, bin, size, &info)?;
+                }
+            }
+            Err(e) => {
+                // One line per file, as `cli::finish` prints a fatal error; then the next.
+                let msg = format!("{e:#}").replace('\n', " ");
+                qhx::elog!("qhx_inspect: error: {msg}");
+                errors.push(json!({"file": bin.display().to_string(), "error": msg}));
+            }
         }
     }
     if args.json {
@@ -244,9 +341,13 @@ fn run(args: &Args) -> Result<()> {
             }),
             Libs::System(_) => Value::Null,
         };
-        let doc = json!({"backend": backend, "binaries": docs});
+        let doc = json!({"backend": backend, "binaries": docs, "errors": errors});
         writeln!(out, "{doc}")?;
     }
     out.flush()?;
-    Ok(())
+    Ok(if errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

@@ -45,6 +45,7 @@ pub fn hint_for(code: u16) -> Option<&'static str> {
         5005 => "the context binary could not be deserialized: a corrupt/truncated file, or built for another arch or QAIRT version",
         6002 => "the graph name is not in this context binary: check artifacts.contexts.*.graph against qhx_inspect",
         6004 => "a tensor passed to graphExecute does not match the graph (id, dtype, dims or buffer size)",
+        30010 => "not a QNN context binary (bad magic) or a truncated one: check that the path names a context .bin (not the embedding table or tokenizer) and that the copy is complete",
         _ => return None,
     })
 }
