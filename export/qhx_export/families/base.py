@@ -197,6 +197,7 @@ class Family:
     qkv_bias: ClassVar[bool] = False
     qk_norm: ClassVar[bool] = False
     gguf_rope_permuted: ClassVar[bool] = False  # llama.cpp's converter permutes q/k rows
+    emu_arch: ClassVar[str | None] = None  # manifest arch the qnn-emu graphs run, None: no graphs
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -18,5 +18,6 @@ class Llama(Family):
     name = "llama"
     gguf_arches: ClassVar[tuple[str, ...]] = ("llama",)
     hf_model_types: ClassVar[tuple[str, ...]] = ("llama",)
+    emu_arch = "llama"
     hf_architecture = "LlamaForCausalLM"
     gguf_rope_permuted = True

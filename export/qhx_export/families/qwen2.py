@@ -16,6 +16,7 @@ class Qwen2(Family):
     name = "qwen2"
     gguf_arches: ClassVar[tuple[str, ...]] = ("qwen2",)
     hf_model_types: ClassVar[tuple[str, ...]] = ("qwen2",)
+    emu_arch = "qwen2"
     hf_architecture = "Qwen2ForCausalLM"
     qkv_bias = True
 

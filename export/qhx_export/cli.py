@@ -1,0 +1,223 @@
+"""qhx-export: a GGUF file or HF directory -> a qhx bundle.
+
+    qhx-export INPUT -o DIR [--target htp|emu] [--arch v73|v75|v79|v81|all] [--soc N]
+               [--precision fp16|w8a16|w4a16] [--ctx C] [--ar N] [--prefill window|past|none]
+               [--kv-dtype f16|u8] [--format qhx|genie|both]
+
+Exit status: 0 written; 1 bad input or option (one line on stderr naming the file, tensor or
+option); 2 a documented option that is not implemented yet; 3 an internal error (a bug: rerun
+with QHX_EXPORT_DEBUG=1 for the traceback); 130 interrupted. The bundle is written to
+`DIR.partial` and renamed to DIR at the end, so a failed run leaves no half-written bundle.
+Progress goes to stderr; stdout's last line is the written manifest's path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from qhx_export import ExportError, NotImplementedYet, __version__
+
+ARCHES = ("v73", "v75", "v79", "v81")
+SOC_DEFAULT = {"v73": 57, "v75": 60, "v79": 69, "v81": 87}  # SM8550, SM8650, SM8750, SM8850
+EXIT_BAD_INPUT, EXIT_NOT_IMPLEMENTED, EXIT_INTERNAL, EXIT_INTERRUPTED = 1, 2, 3, 130
+
+
+def log(msg: str) -> None:
+    print(f"qhx-export: {msg}", file=sys.stderr, flush=True)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, exit 1 (2 means "not implemented yet")
+        print(f"qhx-export: error: {message} (see --help)", file=sys.stderr)
+        sys.exit(EXIT_BAD_INPUT)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = _Parser(
+        prog="qhx-export",
+        description=(__doc__ or "").split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("input", help="a .gguf file or a Hugging Face model directory")
+    ap.add_argument("-o", "--out", required=True, metavar="DIR", help="output bundle directory")
+    ap.add_argument(
+        "--target",
+        choices=("htp", "emu"),
+        default="htp",
+        help="htp: real QNN context binaries; emu: the qnn-emu test format (default htp)",
+    )
+    ap.add_argument(
+        "--arch",
+        choices=(*ARCHES, "all"),
+        help="Hexagon arch (default v79 for htp, v81 for emu); all: one directory per arch",
+    )
+    ap.add_argument("--soc", type=int, metavar="N", help="soc_model (default 57/60/69/87 by arch)")
+    ap.add_argument("--precision", choices=("fp16", "w8a16", "w4a16"), help="htp weights/activations")
+    ap.add_argument("--ctx", type=int, default=512, metavar="C", help="KV cache capacity (default 512)")
+    ap.add_argument("--ar", type=int, default=64, metavar="N", help="prefill rows (default 64)")
+    ap.add_argument(
+        "--prefill",
+        choices=("window", "past", "none"),
+        default="window",
+        help="prefill graph: AR=N window, chunked with past K/V, or none (default window)",
+    )
+    ap.add_argument("--kv-dtype", choices=("f16", "u8"), default="f16", help="KV cache dtype (default f16)")
+    ap.add_argument(
+        "--format",
+        choices=("qhx", "genie", "both"),
+        default="qhx",
+        help="qhx manifest, Genie config, or both (default qhx)",
+    )
+    emu = ap.add_argument_group("--target emu")
+    emu.add_argument("--name", help="file / graph name prefix (default: from the input's name)")
+    emu.add_argument("--model-name", help="manifest model.name (default: from the input's name)")
+    emu.add_argument("--io", choices=("f32", "f16", "ufixed16"), default="f32", help="graph I/O dtype")
+    emu.add_argument("--embed-dtype", choices=("f32", "f16"), default="f32")
+    emu.add_argument(
+        "--weights",
+        choices=("q", "f32"),
+        default="q",
+        help="q: keep GGUF Q4_1/Q8_0 blocks and f16 (default); f32: dequantize all",
+    )
+    emu.add_argument("--kv-layout", choices=("pos_major", "head_major"), default="pos_major")
+    emu.add_argument("--shared", action="store_true", help="prefill and decode graphs in one binary")
+    emu.add_argument("--calib", metavar="FILE", help="value ranges JSON for --io ufixed16")
+    ap.add_argument("--version", action="version", version=f"qhx-export {__version__}")
+    return ap
+
+
+def _name(default: str) -> str:
+    """A file-name-safe prefix from the input's name."""
+    out = "".join(ch if ch.isalnum() or ch in "_-." else "_" for ch in default)
+    return out.lstrip(".-") or "model"
+
+
+def _progress() -> Callable[[str, int], Callable[[], None]]:
+    from tqdm import tqdm
+
+    bars: list[Any] = []
+
+    def start(stage: str, total: int) -> Callable[[], None]:
+        for b in bars:
+            b.close()
+        bar = tqdm(total=total, desc=stage, file=sys.stderr, unit="t", leave=False, disable=None)
+        bars[:] = [bar]
+
+        def tick() -> None:
+            bar.update(1)
+            if bar.n >= total:
+                bar.close()
+
+        return tick
+
+    return start
+
+
+def _check_args(a: argparse.Namespace) -> None:
+    if a.ctx < 1:
+        raise ExportError(f"--ctx {a.ctx}: must be positive")
+    if a.ar < 1:
+        raise ExportError(f"--ar {a.ar}: must be positive")
+    if a.ar > a.ctx:
+        raise ExportError(f"--ar {a.ar} exceeds --ctx {a.ctx}")
+    if a.soc is not None and a.soc <= 0:
+        raise ExportError(f"--soc {a.soc}: must be a positive soc_model number")
+    if a.soc is not None and a.arch == "all":
+        raise ExportError("--soc with --arch all: give one --arch per --soc")
+
+
+def run(argv: Sequence[str] | None) -> list[str]:
+    """Parse, export; returns the written manifest paths. Raises ExportError."""
+    a = parser().parse_args(argv)
+    _check_args(a)
+    t0 = time.monotonic()
+    from qhx_export.read import open_checkpoint
+
+    log(f"reading {a.input}")
+    ck = open_checkpoint(a.input)
+    c = ck.config
+    log(
+        f"{os.path.basename(a.input.rstrip('/'))}: {c.family} hidden={c.hidden} layers={c.n_layers} "
+        f"heads={c.n_heads}/{c.n_kv_heads} head_dim={c.head_dim} ffn={c.ffn} vocab={c.vocab}"
+        f"{' tied' if c.tied else ''}"
+    )
+    if a.target == "htp":
+        raise NotImplementedYet(
+            "--target htp is not implemented yet (issue 16: graphs, quantization and "
+            "compilation come next); --target emu writes emulator bundles"
+        )
+    return _export_emu(a, ck, t0)
+
+
+def _export_emu(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
+    from qhx_export.write.emu import EmuOptions, write_bundle
+    from qhx_export.write.files import staged_dir
+
+    if a.precision is not None:
+        raise ExportError(
+            "--precision is for --target htp; an emulator bundle's dtypes are --io and --weights"
+        )
+    if a.kv_dtype != "f16":
+        raise NotImplementedYet(f"--kv-dtype {a.kv_dtype} is not implemented for --target emu")
+    if a.format != "qhx":
+        raise NotImplementedYet(f"--format {a.format} is not implemented for --target emu (qhx only)")
+    arches = list(ARCHES) if a.arch == "all" else [a.arch or "v81"]
+    name = a.name or _name(ck.default_name())
+    manifests = []
+    with staged_dir(a.out) as tmp:
+        for arch in arches:
+            out = os.path.join(tmp, arch) if a.arch == "all" else tmp
+            os.makedirs(out, exist_ok=True)
+            o = EmuOptions(
+                name=name,
+                prefill_len=a.ar,
+                ctx=a.ctx,
+                io=a.io,
+                prefill=a.prefill,
+                kv_layout=a.kv_layout,
+                shared=a.shared,
+                calib=a.calib,
+                embed_dtype=a.embed_dtype,
+                weights=a.weights,
+                model_name=a.model_name,
+                dsp_arch=arch,
+                soc_model=a.soc if a.soc is not None else SOC_DEFAULT[arch],
+                writer=f"qhx-export {__version__}",
+            )
+            path, _ = write_bundle(ck, out, o, log, _progress())
+            manifests.append(os.path.relpath(path, tmp))
+    log(f"done in {time.monotonic() - t0:.1f}s")
+    return [os.path.join(os.path.normpath(a.out), m) for m in manifests]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        for path in run(argv):
+            print(path)
+        return 0
+    except NotImplementedYet as e:
+        log(f"not implemented: {e}")
+        return EXIT_NOT_IMPLEMENTED
+    except ExportError as e:
+        log(f"error: {e}")
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        log("interrupted; nothing was written")
+        return EXIT_INTERRUPTED
+    except OSError as e:  # full disk, permissions, a file vanishing under us
+        where = e.filename or "output"
+        log(f"error: {where}: {e.strerror or e}")
+        return EXIT_BAD_INPUT
+    except MemoryError:
+        log("error: out of memory")
+        return EXIT_BAD_INPUT
+    except Exception as e:
+        if os.environ.get("QHX_EXPORT_DEBUG"):
+            raise
+        log(f"internal error: {type(e).__name__}: {e} (rerun with QHX_EXPORT_DEBUG=1 for a traceback)")
+        return EXIT_INTERNAL

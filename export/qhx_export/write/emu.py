@@ -1,0 +1,447 @@
+"""Emulator bundles (`--target emu`): qnn-emu context binaries + embedding + tokenizer + manifest.
+
+Ported from scripts/make_bundle.py; for a GGUF input and the same options the files are
+byte-identical to that script's (tests/test_emu.py checks it on SmolLM2 when the asset is
+cached). The context-binary format is tests/qnn-emu/FORMAT.md: `QHXEMUCB`, u32 version 1, u32
+header length N, N bytes of JSON header, zero padding to D = align64(16 + N), then the weights,
+each at D + offset (64-aligned).
+
+Weights: with `weights="q"`, Q4_1 and Q8_0 GGUF tensors keep their raw GGML blocks (the emulator
+dequantizes them as gguf / transformers do), F32 stays f32 and F16 stays f16; any other type, and
+everything with `weights="f32"` or from a HF directory, is dequantized to f32.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from qhx_export import ExportError, NotImplementedYet
+from qhx_export.dequant import GgmlType, type_name
+from qhx_export.read.base import Checkpoint, sha256_file
+from qhx_export.write.files import atomic_open
+
+MAGIC = b"QHXEMUCB"
+FORMAT_VERSION = 1
+ALIGN = 64
+QK = 32
+RAW_ENCODINGS = {GgmlType.Q4_1: "q4_1", GgmlType.Q8_0: "q8_0"}
+BLOCK_BYTES = {"q4_1": 20, "q8_0": 34}
+
+Log = Callable[[str], None]
+# (name, encoding, PyTorch shape, array whose bytes are the encoded tensor)
+Weight = tuple[str, str, list[int], np.ndarray]
+
+
+@dataclass(frozen=True)
+class EmuOptions:
+    name: str  # file / graph name prefix
+    prefill_len: int = 64  # AR: prefill rows P
+    ctx: int = 512  # KV capacity C
+    io: str = "f32"  # f32 | f16 | ufixed16
+    prefill: str = "window"  # window | past | none
+    kv_layout: str = "pos_major"  # pos_major | head_major
+    shared: bool = False  # prefill and decode graphs in one binary
+    calib: str | None = None  # value ranges JSON (QNN_EMU_CALIBRATE) for fixed-point I/O
+    embed_dtype: str = "f32"
+    weights: str = "q"  # q | f32
+    model_name: str | None = None
+    dsp_arch: str = "v81"
+    soc_model: int = 87
+    writer: str = "qhx-export"  # manifest source.writer
+    dequantizer: str = "qhx_export.dequant"  # named in source.weights
+
+
+def align(n: int, a: int = ALIGN) -> int:
+    return (n + a - 1) // a * a
+
+
+# ---- graph headers -------------------------------------------------------------------------------
+
+
+def scale_offset(dtype: str, lo: float, hi: float) -> tuple[float, int]:
+    """QNN fixed-point params spanning [lo, hi] plus 5 % headroom (real = (q + offset) * scale);
+    the same rule as qnn_emu::writer::scale_offset."""
+    levels = {"ufixed16": 65535.0, "ufixed8": 255.0}.get(dtype)
+    if levels is None:
+        return 1.0, 0
+    pad = 0.05 * max(hi - lo, 1e-3)
+    lo, hi = min(lo, 0.0) - pad, max(hi, 0.0) + pad
+    scale = float(np.float32((hi - lo) / levels))
+    return scale, round(lo / scale)
+
+
+def role(name: str) -> str:
+    """Calibration role of an I/O tensor: past and new K/V of one layer share a range."""
+    if name in ("x", "hidden"):
+        return "x"
+    if name in ("cos", "sin"):
+        return "rope"
+    if name == "cmask":
+        return "mask"
+    return name.removeprefix("past_").removeprefix("new_")
+
+
+Ranges = dict[str, tuple[float, float]]
+
+
+def io_tensor(
+    name: str, dims: list[int], dtype: str, ranges: Ranges | None = None, y_role: str = "y"
+) -> dict[str, Any]:
+    scale, offset = 1.0, 0
+    if dtype.startswith("ufixed"):
+        r = y_role if name == "y" else role(name)
+        # The mask minimum must beat any score against a never-written cache slot (zero bytes
+        # decode to the range minimum, not 0.0); 0 stays exact (integer zero-point).
+        fixed = {"rope": (-1.0, 1.0), "mask": (-30000.0, 0.0)}
+        lo, hi = fixed.get(r) or (ranges or {}).get(r) or (-32.0, 32.0)
+        scale, offset = scale_offset(dtype, lo, hi)
+    return {"name": name, "dtype": dtype, "dims": list(dims), "scale": scale, "offset": offset}
+
+
+def graphs_for(p: dict[str, Any], o: EmuOptions, ranges: Ranges | None) -> dict[str, dict[str, Any]]:
+    """Graph headers: prefill "window" (AR=P, no past), "past" (chunked, reads the cache) or
+    "none"; K/V "pos_major" [rows, K] or "head_major" [n_kv, rows, head_dim]."""
+    H, Dh, V, L = p["hidden"], p["head_dim"], p["vocab"], p["n_layers"]
+    nkv, P, C, io = p["n_kv_heads"], o.prefill_len, o.ctx, o.io
+    K = nkv * Dh
+
+    def kv(rows: int) -> list[int]:
+        return [nkv, rows, Dh] if o.kv_layout == "head_major" else [rows, K]
+
+    # Fixed-point bundles apply the final norm in-graph: the raw residual stream carries
+    # outliers (about 8000 in SmolLM2) that 16-bit activations cannot hold next to values of 1.
+    final_norm = io.startswith("ufixed")
+
+    def t(n: str, dims: list[int], dt: str = io) -> dict[str, Any]:
+        return io_tensor(n, dims, dt, ranges, "y_norm" if final_norm else "y")
+
+    def per_layer(fmt: str, dims: list[int]) -> list[dict[str, Any]]:
+        return [t(fmt.format(kind=kind, i=i), dims) for i in range(L) for kind in ("k", "v")]
+
+    # Logits stay f16 when activations are fixed point (W8A16 bundles keep an fp16 lm-head).
+    lm_io = "f16" if io.startswith("ufixed") else io
+    out: dict[str, dict[str, Any]] = {
+        "decode": {
+            "name": f"{o.name}_decode",
+            "kind": "decode",
+            "seq": 1,
+            "ctx": C,
+            "kv_layout": o.kv_layout,
+            "final_norm": final_norm,
+            "inputs": [
+                t("x", [H]),
+                t("cos", [Dh]),
+                t("sin", [Dh]),
+                t("cmask", [C]),
+                *per_layer("past_{kind}_{i}", kv(C)),
+            ],
+            "outputs": [t("y", [H]), *per_layer("new_{kind}_{i}", kv(1))],
+        },
+        "lmhead": {
+            "name": f"{o.name}_lmhead",
+            "kind": "lmhead",
+            "seq": 1,
+            "ctx": 0,
+            "norm": not final_norm,
+            "inputs": [t("hidden", [H], lm_io)],
+            "outputs": [t("logits", [V], lm_io)],
+        },
+    }
+    if o.prefill != "none":
+        past = o.prefill == "past"
+        out["prefill"] = {
+            "name": f"{o.name}_prefill",
+            "kind": "prefill",
+            "seq": P,
+            "ctx": C if past else 0,
+            "kv_layout": o.kv_layout,
+            "final_norm": final_norm,
+            "inputs": [
+                t("x", [P, H]),
+                t("cos", [P, Dh]),
+                t("sin", [P, Dh]),
+                t("cmask", [P, C + P if past else P]),
+            ]
+            + (per_layer("past_{kind}_{i}", kv(C)) if past else []),
+            "outputs": [t("y", [P, H]), *per_layer("new_{kind}_{i}", kv(P))],
+        }
+    return out
+
+
+# ---- context binaries ---------------------------------------------------------------------------------
+
+
+def write_context(
+    path: str, model_hdr: dict[str, Any], graphs: list[dict[str, Any]], weights: list[Weight], o: EmuOptions
+) -> int:
+    """One context binary; returns its size."""
+    entries, off = [], 0
+    for name, enc, shape, arr in weights:
+        entries.append({"name": name, "enc": enc, "shape": list(shape), "offset": off, "nbytes": arr.nbytes})
+        off = align(off + arr.nbytes)
+    header = {
+        "model": model_hdr,
+        "soc_model": o.soc_model,
+        "dsp_arch": o.dsp_arch,
+        "null_compute": False,
+        "graphs": graphs,
+        "weights": entries,
+    }
+    hb = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    data_start = align(16 + len(hb))
+    f: BinaryIO
+    with atomic_open(path) as f:
+        f.write(MAGIC + struct.pack("<II", FORMAT_VERSION, len(hb)) + hb)
+        f.write(b"\0" * (data_start - f.tell()))
+        for (_, _, _, arr), e in zip(weights, entries, strict=True):
+            f.write(b"\0" * (data_start + e["offset"] - f.tell()))
+            f.write(memoryview(np.ascontiguousarray(arr)).cast("B"))
+        return f.tell()
+
+
+def read_context(path: str) -> tuple[dict[str, Any], int, bytes]:
+    """Parse a context binary back: (header, data start D, file bytes). Raises ExportError."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    if blob[:8] != MAGIC:
+        raise ExportError(f"{path}: not an emulator context binary (bad magic)")
+    version, n = struct.unpack_from("<II", blob, 8)
+    if version != FORMAT_VERSION:
+        raise ExportError(f"{path}: format version {version}, expected {FORMAT_VERSION}")
+    header = json.loads(blob[16 : 16 + n])
+    d = align(16 + n)
+    if any(blob[16 + n : d]):
+        raise ExportError(f"{path}: header padding is not zero")
+    for w in header["weights"]:
+        if w["offset"] % ALIGN or d + w["offset"] + w["nbytes"] > len(blob):
+            raise ExportError(f"{path}: weight {w['name']} is misplaced")
+    return header, d, blob
+
+
+def write_graph_binaries(
+    out_dir: str,
+    p: dict[str, Any],
+    graphs: dict[str, dict[str, Any]],
+    blk: list[Weight],
+    head: list[Weight],
+    o: EmuOptions,
+) -> dict[str, Any]:
+    """The context binaries; returns {"refs": manifest contexts, "sizes": {file: bytes}}."""
+    refs: dict[str, dict[str, str]] = {}
+    sizes: dict[str, int] = {}
+    if graphs["decode"].get("final_norm"):
+        blk = blk + [w for w in head if w[0] == "output_norm.weight"]
+    if o.shared:
+        f = f"{o.name}_shared.bin"
+        layer_graphs = [graphs[k] for k in ("prefill", "decode") if k in graphs]
+        sizes[f] = write_context(os.path.join(out_dir, f), p, layer_graphs, blk, o)
+        refs["shared"] = {"bin": f}
+        for k in ("prefill", "decode"):
+            if k in graphs:
+                refs[k] = {"graph": graphs[k]["name"]}
+    else:
+        for k in ("prefill", "decode"):
+            if k in graphs:
+                f = f"{o.name}_{k}.bin"
+                sizes[f] = write_context(os.path.join(out_dir, f), p, [graphs[k]], blk, o)
+                refs[k] = {"bin": f, "graph": graphs[k]["name"]}
+    f = f"{o.name}_lmhead.bin"
+    sizes[f] = write_context(os.path.join(out_dir, f), p, [graphs["lmhead"]], head, o)
+    refs["lmhead"] = {"bin": f, "graph": graphs["lmhead"]["name"]}
+    return {"refs": refs, "sizes": sizes}
+
+
+def load_ranges(path: str | None) -> Ranges | None:
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+        return {k: (float(v[0]), float(v[1])) for k, v in raw.items()}
+    except (OSError, ValueError, TypeError, IndexError, KeyError, AttributeError) as e:
+        raise ExportError(f"--calib {path}: not a value-ranges JSON ({e})") from e
+
+
+# ---- weights ------------------------------------------------------------------------------------------
+
+
+def model_header(ck: Checkpoint) -> dict[str, Any]:
+    """The context binaries' "model" object (key order as the emulator bundles always had)."""
+    c = ck.config
+    return {
+        "arch": ck.family.emu_arch,
+        "hidden": c.hidden,
+        "n_layers": c.n_layers,
+        "n_heads": c.n_heads,
+        "n_kv_heads": c.n_kv_heads,
+        "head_dim": c.head_dim,
+        "ffn": c.ffn,
+        "vocab": c.vocab,
+        "rms_eps": c.rms_eps,
+    }
+
+
+def encoded(ck: Checkpoint, name: str, mode: str) -> Weight:
+    """(name, enc, shape, array) of one tensor as the emulator stores it."""
+    from qhx_export.read.gguf import GgufCheckpoint
+
+    shape = ck.shapes[name]
+    if isinstance(ck, GgufCheckpoint):
+        qt = ck.tensors[name].qtype
+        if mode == "q" and qt in RAW_ENCODINGS:
+            if shape[-1] % QK:
+                raise ExportError(f"{ck.path}: tensor {name}: last dim {shape[-1]} is not a multiple of {QK}")
+            return name, RAW_ENCODINGS[GgmlType(qt)], shape, ck.raw_rows(name)
+        if mode == "q" and qt == GgmlType.F16:
+            return name, "f16", shape, ck.raw_rows(name).view("<f2").reshape(shape)
+        if qt == GgmlType.F32:
+            return name, "f32", shape, ck.raw_rows(name).view("<f4").reshape(shape)
+    return name, "f32", shape, np.ascontiguousarray(ck.float32(name), dtype="<f4")
+
+
+def weights_description(ck: Checkpoint, o: EmuOptions, encs: set[str]) -> str:
+    from qhx_export.read.gguf import GgufCheckpoint
+
+    if not isinstance(ck, GgufCheckpoint):
+        return "f32 (from safetensors)"
+    if o.weights != "q":
+        return f"f32 (dequantized with {o.dequantizer})"
+    kept = {GgmlType.F32, GgmlType.F16, *RAW_ENCODINGS}
+    dequantized = {type_name(t.qtype).lower() for t in ck.tensors.values() if t.qtype not in kept}
+    quant = sorted(encs & set(BLOCK_BYTES))
+    desc = (
+        f"{'/'.join(quant)} raw blocks (dequantized by the emulator as gguf/transformers do)"
+        if quant
+        else "f32/f16 as stored"
+    )
+    if dequantized:
+        desc += f"; {'/'.join(sorted(dequantized))} dequantized to f32 with {o.dequantizer}"
+    return desc
+
+
+# ---- the bundle ---------------------------------------------------------------------------------------
+
+
+def manifest(
+    ck: Checkpoint, o: EmuOptions, files: dict[str, str], refs: dict[str, Any], encs: set[str]
+) -> dict[str, Any]:
+    from qhx_export.read.gguf import GgufCheckpoint
+
+    c = ck.config
+    params: dict[str, Any] = {
+        "hidden": c.hidden,
+        "vocab": c.vocab,
+        "n_layers": c.n_layers,
+        "n_heads": c.n_heads,
+        "n_kv_heads": c.n_kv_heads,
+        "head_dim": c.head_dim,
+        "max_ctx": o.ctx,
+        "rope_theta": c.rope_theta,
+        "bos_token_id": ck.bos_token_id(),
+        "eos_token_id": ck.eos_token_id(),
+    }
+    if c.rope_scaling:
+        params["rope_scaling"] = dict(c.rope_scaling)
+    if isinstance(ck, GgufCheckpoint):
+        source: dict[str, Any] = {"gguf": os.path.basename(ck.path), "gguf_sha256": sha256_file(ck.path)}
+    else:
+        source = {"hf": os.path.basename(os.path.abspath(ck.path))}
+    source.update({"writer": o.writer, "weights": weights_description(ck, o, encs)})
+    out: dict[str, Any] = {
+        "schema_version": 1,
+        "model": {
+            "name": o.model_name or ck.default_name(),
+            "family": "llm",
+            "arch": ck.family.emu_arch,
+            "dsp_arch": o.dsp_arch,
+            "soc_model": o.soc_model,
+            "n_params": ck.n_params(),
+        },
+        "params": params,
+        "artifacts": {
+            "contexts": refs,
+            "embed": {"file": files["embed"], "dtype": o.embed_dtype},
+            "tokenizer": files["tokenizer"],
+        },
+        "plan": {"op": "llama_generate", "ar": o.prefill_len if o.prefill != "none" else 1},
+        "source": source,
+    }
+    template = ck.chat_template()
+    if template:
+        out["chat"] = {"template": template}
+    return out
+
+
+def check_options(o: EmuOptions) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", o.name):
+        raise ExportError(f"--name {o.name!r}: use letters, digits, '_', '-', '.'")
+    if o.prefill_len < 1 or o.ctx < 1:
+        raise ExportError(f"--ar {o.prefill_len} / --ctx {o.ctx}: both must be positive")
+    if o.prefill_len > o.ctx:
+        raise ExportError(f"--ar {o.prefill_len} exceeds --ctx {o.ctx}")
+    if o.io.startswith("ufixed") and not o.calib:
+        raise ExportError(f"--io {o.io} needs --calib (value ranges recorded with QNN_EMU_CALIBRATE)")
+
+
+def write_bundle(
+    ck: Checkpoint,
+    out_dir: str,
+    o: EmuOptions,
+    log: Log,
+    progress: Callable[[str, int], Callable[[], None]] | None = None,
+) -> tuple[str, dict[str, int]]:
+    """Write the bundle into `out_dir` (which must exist); returns (manifest path, {file: bytes}).
+
+    `progress(stage, total)` returns a tick function (the CLI's tqdm bars)."""
+    check_options(o)
+    if ck.family.emu_arch is None:
+        raise NotImplementedYet(f"{ck.path}: the emulator has no {ck.family.name} graphs; use --target htp")
+    c = ck.config
+    ranges = load_ranges(o.calib)
+    hdr = model_header(ck)
+    graphs = graphs_for(hdr, o, ranges)
+
+    blk_names = [n for n in ck.names() if n.startswith("blk.")]
+    tick = progress("convert weights", len(blk_names) + 2) if progress else (lambda: None)
+    blk: list[Weight] = []
+    for n in blk_names:
+        blk.append(encoded(ck, n, o.weights))
+        tick()
+    head_w = "token_embd.weight" if c.tied else "output.weight"
+    head = [encoded(ck, n, o.weights) for n in ("output_norm.weight", head_w)]
+    tick()
+    encs = {w[1] for w in blk + head}
+    written = write_graph_binaries(out_dir, hdr, graphs, blk, head, o)
+    sizes: dict[str, int] = dict(written["sizes"])
+    del blk, head
+
+    files = {"embed": f"{o.name}_embed_{o.embed_dtype}.bin", "tokenizer": "tokenizer.json"}
+    emb = ck.float32("token_embd.weight").astype("<f2" if o.embed_dtype == "f16" else "<f4", copy=False)
+    with atomic_open(os.path.join(out_dir, files["embed"])) as f:
+        f.write(memoryview(np.ascontiguousarray(emb)).cast("B"))
+    sizes[files["embed"]] = emb.nbytes
+    del emb
+    tick()
+
+    tok = ck.tokenizer_json()
+    with atomic_open(os.path.join(out_dir, files["tokenizer"])) as f:
+        f.write(tok)
+    sizes[files["tokenizer"]] = len(tok)
+
+    man_name = f"{o.name}.json"
+    man = manifest(ck, o, files, written["refs"], encs)
+    data = json.dumps(man, indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
+    with atomic_open(os.path.join(out_dir, man_name)) as f:
+        f.write(data)
+    sizes[man_name] = len(data)
+    for name, size in sizes.items():
+        log(f"wrote {os.path.join(out_dir, name)} ({size} bytes)")
+    return os.path.join(out_dir, man_name), sizes
