@@ -90,7 +90,7 @@ impl RunInfo {
         RunInfo {
             build_commit: commit.to_string(),
             build_version: version.to_string(),
-            backends: format!("QNN {}", rt.backend().provider_name),
+            backends: backend_label(&rt.backend().provider_name, &rt.device_facts.build_id),
             model_filename: filename,
             model_type,
             model_size: size,
@@ -103,6 +103,16 @@ impl RunInfo {
             soc_model: rt.device_facts.soc_model,
             dsp_arch: rt.device_facts.dsp_arch,
         }
+    }
+}
+
+/// The backend column: `QNN <provider>` (e.g. `QNN HTP_QTI_AISW`), except for qhx's CPU
+/// emulator, which presents the HTP provider name but reports a `qnn-emu` build id.
+pub fn backend_label(provider_name: &str, build_id: &str) -> String {
+    if build_id.starts_with("qnn-emu") {
+        "qnn-emu (CPU)".to_string()
+    } else {
+        format!("QNN {provider_name}")
     }
 }
 
@@ -554,5 +564,18 @@ mod tests {
         assert_eq!(csv_field("a,b"), "\"a,b\"");
         assert_eq!(short_dtype("FLOAT_16"), "f16");
         assert_eq!(short_dtype("UFIXED_POINT_16"), "ufixed16");
+    }
+
+    #[test]
+    fn the_emulator_is_named_in_the_backend_column() {
+        assert_eq!(
+            backend_label("HTP_QTI_AISW", "qnn-emu v0.1.0 (CPU emulator)"),
+            "qnn-emu (CPU)"
+        );
+        assert_eq!(
+            backend_label("HTP_QTI_AISW", "v2.43.0.250915134538_123456"),
+            "QNN HTP_QTI_AISW"
+        );
+        assert_eq!(backend_label("HTP_QTI_AISW", ""), "QNN HTP_QTI_AISW");
     }
 }

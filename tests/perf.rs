@@ -394,6 +394,13 @@ fn bench_json_rows_use_llama_bench_field_names() {
             (r["avg_ts"].as_f64().unwrap() - ts).abs() < 1e-6 * ts,
             "{r}"
         );
+        // The CPU emulator is named, not passed off as the HTP (it reports a qnn-emu
+        // build id under the HTP provider name).
+        assert!(
+            qnn_emu::BUILD_ID.to_bytes().starts_with(b"qnn-emu"),
+            "qhx tells the emulator by this prefix"
+        );
+        assert_eq!(r["backends"], "qnn-emu (CPU)", "{r}");
         assert_eq!(r["qnn_api"], "2.32.0");
         assert_eq!(r["perf_mode"], "burst");
         assert_eq!(r["io_mode"], "client");
@@ -436,6 +443,10 @@ fn bench_md_is_a_padded_table_with_a_build_footer() {
     for h in ["model", "size", "params", "backend", "I/O", "test", "t/s"] {
         assert!(table[0].contains(&format!(" {h} ")), "{h}: {}", table[0]);
     }
+    assert!(
+        table[2].contains(" qnn-emu (CPU) ") && !out.contains("HTP_QTI_AISW"),
+        "{out}"
+    );
     assert!(
         table[2].contains(" pp12 |") && table[3].contains(" tg8 |"),
         "{out}"

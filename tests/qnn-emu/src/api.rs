@@ -136,12 +136,16 @@ unsafe extern "C" fn backend_free(h: QnnBackendHandle) -> QnnErrorHandle {
     0
 }
 
+/// What `backendGetBuildId` reports. qhx tells the emulator from a real backend by its
+/// `qnn-emu` prefix (e.g. the bench's backend column), so keep it.
+pub const BUILD_ID: &std::ffi::CStr = c"qnn-emu v0.1.0 (CPU emulator)";
+
 unsafe extern "C" fn backend_get_build_id(id: *mut *const c_char) -> QnnErrorHandle {
     if id.is_null() {
         return E_INVALID_ARGUMENT;
     }
     // SAFETY: checked non-null; the string is static.
-    unsafe { *id = c"qnn-emu v0.1.0 (CPU emulator)".as_ptr() };
+    unsafe { *id = BUILD_ID.as_ptr() };
     0
 }
 

@@ -47,6 +47,8 @@ mod registry;
 mod shm;
 mod sysctx;
 
+pub use api::BUILD_ID;
+
 use qnn_sys::*;
 use std::sync::OnceLock;
 
