@@ -7,16 +7,23 @@
 //! Shapes: DeepSeek-1.5B-like and Llama-1B-like (qnn_emu::writer::preset), f16 and
 //! ufixed16 I/O, C in {512, 1024, 4096}, greedy and top-k 40 / top-p 0.95 / temp 0.8.
 //! Each component is the minimum over 7 runs of the per-step mean (after one warm-up run).
+//! `--shape tiny` (a small preset) is a smoke test of the harness itself.
+//!
+//! Like `qhx_generate`, this keeps fd 1 to itself (`qhx::qnn::stdio`): the emulator, as the
+//! real backend, prints a banner on stdout, which must not follow the `--json` document.
 
 use qhx::engine::{Engine, GenConfig, Next};
 use qhx::manifest::Manifest;
 use qhx::model::{LoadOptions, Model};
 use qhx::sampler::SamplerConfig;
 use serde_json::json;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 const SHAPES: [&str; 2] = ["deepseek-1.5b", "llama-1b"];
+/// What `--shape` accepts: the reference shapes, and `tiny` for smoke tests.
+const ALL_SHAPES: [&str; 3] = ["deepseek-1.5b", "llama-1b", "tiny"];
 const IOS: [&str; 2] = ["f16", "ufixed16"];
 const CTXS: [usize; 3] = [512, 1024, 4096];
 
@@ -142,8 +149,18 @@ fn measure(
     (comps, exec, bytes)
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+pub fn main() {
+    run(std::env::args().skip(1).collect());
+}
+
+/// The harness with its arguments (also run by tests/host_overhead.rs in a child process).
+pub fn run(args: Vec<String>) {
+    // Before any QNN library is loaded: what a library prints must not reach our stdout.
+    if let Err(e) = qhx::qnn::stdio::isolate_stdout(false) {
+        eprintln!(
+            "host-overhead: warning: cannot keep stdout private ({e}); library output may mix in"
+        );
+    }
     let json_out = args.iter().any(|a| a == "--json");
     let flag = |name: &str| {
         args.iter()
@@ -178,10 +195,14 @@ fn main() {
     ];
     let mut rows = Vec::new();
     let mut colds = Vec::new();
-    for shape in SHAPES {
-        if only_shape.as_deref().is_some_and(|s| s != shape) {
-            continue;
+    let shapes: Vec<&'static str> = match only_shape.as_deref() {
+        Some(s) => {
+            let known = ALL_SHAPES.iter().find(|k| **k == s);
+            vec![*known.unwrap_or_else(|| panic!("unknown --shape {s:?} ({ALL_SHAPES:?})"))]
         }
+        None => SHAPES.to_vec(),
+    };
+    for &shape in &shapes {
         let sdir = dir.join(shape);
         for io in IOS {
             for ctx in CTXS {
@@ -217,9 +238,22 @@ fn main() {
             }
         }
     }
+    let mut out = qhx::qnn::stdio::stdout();
+    report(&mut out, json_out, &shapes, &rows, &colds).expect("writing the report");
+}
+
+type Cold = (&'static str, Vec<(&'static str, f64)>);
+
+fn report(
+    out: &mut impl Write,
+    json_out: bool,
+    shapes: &[&'static str],
+    rows: &[Row],
+    colds: &[Cold],
+) -> std::io::Result<()> {
     if json_out {
         let mut arr = Vec::new();
-        for r in &rows {
+        for r in rows {
             let comps: serde_json::Map<String, serde_json::Value> = r
                 .comps
                 .iter()
@@ -231,7 +265,7 @@ fn main() {
                 "emulator_execute_ms": r.execute_ms, "host_bytes_per_step": r.step_bytes}),
             );
         }
-        for (shape, c) in &colds {
+        for (shape, c) in colds {
             let total: f64 = c
                 .iter()
                 .filter(|x| x.0 != "runtime_dlopen")
@@ -241,30 +275,42 @@ fn main() {
                 c.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
             arr.push(json!({"shape": shape, "cold_start_ms": total, "components": comps}));
         }
-        println!("{}", serde_json::Value::Array(arr));
-        return;
+        writeln!(out, "{}", serde_json::Value::Array(arr))?;
+        return out.flush();
     }
     let names: Vec<&str> = rows
         .first()
         .map(|r| r.comps.iter().map(|c| c.0).collect())
         .unwrap_or_default();
-    print!("{:<14} {:<9} {:>5} {:<10}", "shape", "io", "C", "sampler");
+    write!(
+        out,
+        "{:<14} {:<9} {:>5} {:<10}",
+        "shape", "io", "C", "sampler"
+    )?;
     for n in &names {
-        print!(" {:>11}", n);
+        write!(out, " {:>11}", n)?;
     }
-    println!(" {:>9} {:>9} {:>8}", "total_ms", "exec_ms*", "bytes");
-    for r in &rows {
-        print!("{:<14} {:<9} {:>5} {:<10}", r.shape, r.io, r.ctx, r.sampler);
+    writeln!(out, " {:>9} {:>9} {:>8}", "total_ms", "exec_ms*", "bytes")?;
+    for r in rows {
+        write!(
+            out,
+            "{:<14} {:<9} {:>5} {:<10}",
+            r.shape, r.io, r.ctx, r.sampler
+        )?;
         for c in &r.comps {
-            print!(" {:>11.4}", c.1);
+            write!(out, " {:>11.4}", c.1)?;
         }
-        println!(
+        writeln!(
+            out,
             " {:>9.4} {:>9.3} {:>8}",
             r.total, r.execute_ms, r.step_bytes
-        );
+        )?;
     }
-    println!("(* exec_ms: the emulator's graphExecute, not host overhead; excluded from total)");
-    for shape in SHAPES {
+    writeln!(
+        out,
+        "(* exec_ms: the emulator's graphExecute, not host overhead; excluded from total)"
+    )?;
+    for &shape in shapes {
         for io in IOS {
             for s in ["greedy", "topk-topp"] {
                 let t = |c| {
@@ -273,21 +319,27 @@ fn main() {
                         .map(|r| r.total)
                 };
                 if let (Some(a), Some(b)) = (t(512), t(4096)) {
-                    println!(
+                    writeln!(
+                        out,
                         "ratio total(C=4096)/total(C=512) {shape} {io} {s}: {:.3}",
                         b / a
-                    );
+                    )?;
                 }
             }
         }
     }
-    for (shape, c) in &colds {
+    for (shape, c) in colds {
         let total: f64 = c
             .iter()
             .filter(|x| x.0 != "runtime_dlopen")
             .map(|x| x.1)
             .sum();
         let parts: Vec<String> = c.iter().map(|(k, v)| format!("{k} {v:.1}")).collect();
-        println!("cold start {shape}: {total:.1} ms ({})", parts.join(", "));
+        writeln!(
+            out,
+            "cold start {shape}: {total:.1} ms ({})",
+            parts.join(", ")
+        )?;
     }
+    out.flush()
 }

@@ -545,7 +545,7 @@ pub fn tiny_tokenizer_json() -> String {
 /// benchmark: `deepseek-1.5b` (V=151,936, H=1536, L=28, 12/2 heads, head_dim 128, qwen2) and
 /// `llama-1b` (V=128,256, H=2048, L=16, 32/8 heads, head_dim 64). `io` is the graph I/O
 /// dtype (f16 or ufixed16); the embedding table is f16 and the tokenizer has the full
-/// vocabulary, as in the seed bundles.
+/// vocabulary, as in the seed bundles. `tiny` (V=1024, H=64, L=2) is for smoke tests.
 pub fn preset(shape: &str, io: &str, ctx: usize) -> Option<SynthSpec> {
     let base = SynthSpec {
         io: io.into(),
@@ -566,6 +566,20 @@ pub fn preset(shape: &str, io: &str, ctx: usize) -> Option<SynthSpec> {
             n_kv_heads: 2,
             head_dim: 128,
             ffn: 8960,
+            rope_theta: 10000.0,
+            ..base
+        },
+        // A small shape for smoke tests of the harness (seconds, not minutes).
+        "tiny" => SynthSpec {
+            name: format!("tiny_{io}_c{ctx}"),
+            arch: "llama".into(),
+            vocab: 1024,
+            hidden: 64,
+            n_layers: 2,
+            n_heads: 4,
+            n_kv_heads: 2,
+            head_dim: 16,
+            ffn: 128,
             rope_theta: 10000.0,
             ..base
         },

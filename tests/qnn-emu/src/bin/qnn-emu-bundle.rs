@@ -8,7 +8,9 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let a: Vec<String> = std::env::args().skip(1).collect();
     let [shape, io, ctx, out] = a.as_slice() else {
-        eprintln!("usage: qnn-emu-bundle <deepseek-1.5b|llama-1b> <f16|ufixed16> <ctx> <out_dir>");
+        eprintln!(
+            "usage: qnn-emu-bundle <deepseek-1.5b|llama-1b|tiny> <f16|ufixed16> <ctx> <out_dir>"
+        );
         return ExitCode::from(2);
     };
     let Ok(ctx) = ctx.parse::<usize>() else {
@@ -16,7 +18,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let Some(spec) = qnn_emu::writer::preset(shape, io, ctx) else {
-        eprintln!("qnn-emu-bundle: unknown shape {shape:?} (deepseek-1.5b, llama-1b)");
+        eprintln!("qnn-emu-bundle: unknown shape {shape:?} (deepseek-1.5b, llama-1b, tiny)");
         return ExitCode::from(2);
     };
     match qnn_emu::writer::write_bundle(&PathBuf::from(out), &spec) {

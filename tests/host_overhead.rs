@@ -1,0 +1,60 @@
+//! The host-overhead harness (`benches/host_overhead.rs`, run by
+//! `scripts/host-overhead.sh`) keeps stdout to itself: with `--json` its stdout is exactly
+//! one JSON document, although the emulator prints a banner on stdout through C stdio (as
+//! the real x86 HTP backend does).
+//!
+//! The harness is compiled in here and run in a child process (this test executable
+//! re-run with `QHX_HOST_OVERHEAD_CHILD` set), on the small `tiny` shape. The child writes
+//! a marker on stdout first: what libtest printed before it is not the harness's.
+
+mod common;
+
+#[allow(dead_code)]
+#[path = "../benches/host_overhead.rs"]
+mod host_overhead;
+
+use common::*;
+
+const CHILD: &str = "QHX_HOST_OVERHEAD_CHILD";
+const MARKER: &str = "--- host-overhead child output ---\n";
+
+#[test]
+fn json_is_the_only_stdout() {
+    if let Some(dir) = std::env::var_os(CHILD) {
+        use std::io::Write;
+        let mut so = std::io::stdout();
+        so.write_all(MARKER.as_bytes()).unwrap();
+        so.flush().unwrap();
+        let args = ["--json", "--shape", "tiny", "--steps", "2", "--dir"];
+        let mut args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        args.push(dir.to_string_lossy().into_owned());
+        host_overhead::run(args);
+        // Leave before libtest prints its summary; C stdio (the banner) is flushed by exit.
+        std::process::exit(0);
+    }
+    let dir = tmp("host-overhead-json");
+    let o = command(std::env::current_exe().unwrap())
+        .args(["--exact", "json_is_the_only_stdout", "--nocapture"])
+        .args(["--test-threads", "1"])
+        .env(CHILD, &dir)
+        .env("QHX_EMU_LIB", emu())
+        // The emulator's banner is on by default; say so, in case the environment has it off.
+        .env("QNN_EMU_STDOUT", "1")
+        .output()
+        .unwrap();
+    let out = stdout(&o);
+    assert!(o.status.success(), "{}\n{out}", stderr(&o));
+    let (_, doc) = out
+        .split_once(MARKER)
+        .unwrap_or_else(|| panic!("no marker in the child's stdout:\n{out}"));
+    let v: serde_json::Value = serde_json::from_str(doc)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{doc}"));
+    let rows = v.as_array().expect("a JSON array");
+    // 2 I/O types x 3 context sizes x 2 samplers, plus one cold-start entry.
+    assert_eq!(rows.len(), 13, "{v}");
+    assert!(rows.iter().all(|r| r["shape"] == "tiny"), "{v}");
+    assert!(
+        rows.iter().any(|r| r["cold_start_ms"].as_f64().is_some()),
+        "{v}"
+    );
+}
