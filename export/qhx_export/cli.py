@@ -32,9 +32,8 @@ def log(msg: str) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, exit 1 (2 means "not implemented yet")
-        print(f"qhx-export: error: {message} (see --help)", file=sys.stderr)
-        sys.exit(EXIT_BAD_INPUT)
+    def error(self, message: str) -> NoReturn:  # one line and exit 1 (2 means "not implemented yet")
+        raise ExportError(f"{message} (see --help)")
 
 
 def parser() -> argparse.ArgumentParser:

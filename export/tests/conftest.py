@@ -112,6 +112,13 @@ def write_gguf(
         stored = fam.to_gguf_layout(name, arr, c)
         if qt == Q.F32:
             w.add_tensor(name, stored)
+        elif qt in (Q.Q2_K, Q.Q3_K):  # gguf cannot quantize these: zero blocks of the right size
+            size = gguf.GGML_QUANT_SIZES[qt]
+            w.add_tensor(
+                name,
+                np.zeros((stored.shape[0], stored.shape[1] // size[0] * size[1]), np.uint8),
+                raw_dtype=qt,
+            )
         else:
             w.add_tensor(name, gguf.quants.quantize(stored, qt), raw_dtype=qt)
     w.write_header_to_file()

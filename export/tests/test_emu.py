@@ -1,0 +1,194 @@
+"""The emulator bundle writer: manifest and context binaries, and byte identity with
+scripts/make_bundle.py (always on a tiny GGUF; on SmolLM2 when the asset is cached)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+from qhx_export.cli import main
+from qhx_export.dequant import GgmlType, dequantize
+from qhx_export.read import open_checkpoint
+from qhx_export.write.emu import EmuOptions, read_context, write_bundle
+
+from .conftest import tiny_config, tiny_weights, write_gguf, write_hf
+
+Q = gguf.GGMLQuantizationType
+REPO = Path(__file__).resolve().parents[2]
+MAKE_BUNDLE = REPO / "scripts" / "make_bundle.py"
+SMOLLM2 = Path(os.environ.get("QHX_CACHE", Path.home() / ".cache" / "qhx")) / "assets" / "smollm2"
+SMOLLM2_GGUF = SMOLLM2 / "SmolLM2-135M-Instruct.Q4_1.gguf"
+AS_MAKE_BUNDLE = {"writer": "scripts/make_bundle.py", "dequantizer": "gguf.quants.dequantize"}
+
+
+def types(name: str) -> GgmlType:
+    if name == "token_embd.weight":
+        return Q.Q8_0
+    if "attn_v" in name:
+        return Q.Q5_0  # not an emulator encoding: dequantized to f32 in the bundle
+    return Q.Q4_1 if name.endswith("weight") and "norm" not in name else Q.F32
+
+
+def sha(d: Path) -> dict[str, str]:
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(d.iterdir())}
+
+
+def make_bundle(gguf_path: Path, out: Path, *args: str) -> None:
+    subprocess.run(
+        [sys.executable, str(MAKE_BUNDLE), "--gguf", str(gguf_path), "--out", str(out), *args],
+        check=True,
+        capture_output=True,
+    )
+
+
+def test_manifest_and_binaries(tmp_path: Path) -> None:
+    c = tiny_config("llama")
+    w = tiny_weights(c, seed=21)
+    path = write_gguf(tmp_path / "Tiny-Test.Q4_1.gguf", c, w, types=types)
+    out = tmp_path / "b"
+    out.mkdir()
+    ck = open_checkpoint(str(path))
+    man_path, sizes = write_bundle(
+        ck, str(out), EmuOptions(name="tiny", prefill_len=8, ctx=32), lambda m: None
+    )
+    man = json.loads(Path(man_path).read_text())
+    assert man["model"] == {
+        "name": "tiny-test",
+        "family": "llm",
+        "arch": "llama",
+        "dsp_arch": "v81",
+        "soc_model": 87,
+        "n_params": sum(a.size for a in w.values()),
+    }
+    assert man["params"] == {
+        "hidden": 64,
+        "vocab": 300,
+        "n_layers": 2,
+        "n_heads": 4,
+        "n_kv_heads": 2,
+        "head_dim": 16,
+        "max_ctx": 32,
+        "rope_theta": 500000.0,
+        "bos_token_id": None,
+        "eos_token_id": 2,
+        "rope_scaling": c.rope_scaling,
+    }
+    assert man["plan"] == {"op": "llama_generate", "ar": 8}
+    assert man["artifacts"]["contexts"]["decode"] == {"bin": "tiny_decode.bin", "graph": "tiny_decode"}
+    assert man["source"]["weights"] == (
+        "q4_1 raw blocks (dequantized by the emulator as gguf/transformers do); "
+        "q5_0 dequantized to f32 with qhx_export.dequant"
+    )
+    assert "<|im_start|>" in man["chat"]["template"]
+    assert sizes[man_path.rsplit("/", 1)[1]] == os.path.getsize(man_path)
+    assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
+    # every weight in the binaries decodes to the read (unpermuted) tensor
+    for kind in ("prefill", "decode", "lmhead"):
+        header, d, blob = read_context(str(out / f"tiny_{kind}.bin"))
+        assert header["graphs"][0]["name"] == f"tiny_{kind}" and header["model"]["head_dim"] == 16
+        for e in header["weights"]:
+            raw = np.frombuffer(blob, np.uint8, e["nbytes"], d + e["offset"])
+            enc = {"q4_1": GgmlType.Q4_1, "q8_0": GgmlType.Q8_0, "f32": GgmlType.F32}[e["enc"]]
+            assert np.array_equal(dequantize(raw, enc, e["shape"]), ck.float32(e["name"])), e["name"]
+    emb = np.fromfile(out / "tiny_embed_f32.bin", "<f4").reshape(300, 64)
+    assert np.array_equal(emb, ck.float32("token_embd.weight"))
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    toks = ck.meta["tokenizer.ggml.tokens"]
+    assert tok.encode("hello<|im_start|>hi").ids == [toks.index("hello"), 1, toks.index("h"), toks.index("i")]
+
+
+VARIANTS = {  # make_bundle.py flags -> EmuOptions fields
+    "default": ([], {}),
+    "f32-f16-past": (
+        ["--weights", "f32", "--io", "f16", "--embed-dtype", "f16", "--prefill", "past"],
+        {"weights": "f32", "io": "f16", "embed_dtype": "f16", "prefill": "past"},
+    ),
+    "shared-head-major-none": (
+        ["--shared", "--kv-layout", "head_major", "--prefill", "none"],
+        {"shared": True, "kv_layout": "head_major", "prefill": "none"},
+    ),
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_tiny_bundle_identical_to_make_bundle(tmp_path: Path, variant: str) -> None:
+    flags, fields = VARIANTS[variant]
+    c = tiny_config("llama")
+    path = write_gguf(tmp_path / "Tiny-Test.Q4_1.gguf", c, tiny_weights(c, seed=22), types=types)
+    make_bundle(path, tmp_path / "mb", "--name", "tiny", "--prefill-len", "8", "--ctx", "32", *flags)
+    o = EmuOptions(name="tiny", prefill_len=8, ctx=32, **fields, **AS_MAKE_BUNDLE)  # type: ignore[arg-type]
+    (tmp_path / "qx").mkdir()
+    write_bundle(open_checkpoint(str(path)), str(tmp_path / "qx"), o, lambda m: None)
+    assert sha(tmp_path / "qx") == sha(tmp_path / "mb")
+
+
+@pytest.mark.skipif(not SMOLLM2_GGUF.is_file(), reason="SmolLM2 asset not cached (scripts/fetch-assets.sh)")
+def test_smollm2_bundle_identical_to_make_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The exported SmolLM2 emulator bundle is byte-identical to scripts/make_bundle.py's; through
+    the CLI, only the manifest's source.writer differs."""
+    make_bundle(SMOLLM2_GGUF, tmp_path / "mb", "--name", "smollm2")
+    assert main([str(SMOLLM2_GGUF), "-o", str(tmp_path / "qx"), "--target", "emu", "--name", "smollm2"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == str(tmp_path / "qx" / "smollm2.json")
+    ours, theirs = sha(tmp_path / "qx"), sha(tmp_path / "mb")
+    assert set(ours) == set(theirs)
+    assert {f for f in ours if ours[f] != theirs[f]} == {"smollm2.json"}
+    a = json.loads((tmp_path / "qx" / "smollm2.json").read_text())
+    b = json.loads((tmp_path / "mb" / "smollm2.json").read_text())
+    assert (
+        a["source"].pop("writer").startswith("qhx-export ")
+        and b["source"].pop("writer") == "scripts/make_bundle.py"
+    )
+    assert a == b
+    # and through the library with make_bundle's provenance strings: every byte
+    (tmp_path / "lib").mkdir()
+    write_bundle(
+        open_checkpoint(str(SMOLLM2_GGUF)),
+        str(tmp_path / "lib"),
+        EmuOptions(name="smollm2", **AS_MAKE_BUNDLE),
+        lambda m: None,
+    )
+    assert sha(tmp_path / "lib") == theirs
+
+
+def test_hf_dir_to_emu_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    c = tiny_config("qwen2")
+    w = tiny_weights(c, seed=23)
+    d = write_hf(tmp_path / "Tiny-Qwen", c, w)
+    assert main([str(d), "-o", str(tmp_path / "b"), "--target", "emu", "--ar", "4", "--ctx", "16"]) == 0
+    man_path = capsys.readouterr().out.splitlines()[-1]
+    assert man_path == str(tmp_path / "b" / "tiny-qwen.json")
+    man = json.loads(Path(man_path).read_text())
+    assert man["model"]["arch"] == "qwen2" and man["source"]["hf"] == "Tiny-Qwen"
+    assert man["source"]["weights"] == "f32 (from safetensors)"
+    assert (tmp_path / "b" / "tokenizer.json").read_bytes() == (d / "tokenizer.json").read_bytes()
+    header, dstart, blob = read_context(str(tmp_path / "b" / "tiny-qwen_decode.bin"))
+    e = next(x for x in header["weights"] if x["name"] == "blk.1.attn_k.bias")
+    got = np.frombuffer(blob, "<f4", e["nbytes"] // 4, dstart + e["offset"])
+    assert np.array_equal(got, w["blk.1.attn_k.bias"])
+
+
+def test_arch_all_writes_one_dir_per_arch(
+    tmp_path: Path, tiny_gguf: Callable[..., Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tiny_gguf("llama")
+    out = tmp_path / "all"
+    assert (
+        main([str(path), "-o", str(out), "--target", "emu", "--arch", "all", "--ar", "4", "--ctx", "8"]) == 0
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [str(out / a / "tiny-test.json") for a in ("v73", "v75", "v79", "v81")]
+    socs = [json.loads(Path(p).read_text())["model"]["soc_model"] for p in lines]
+    assert socs == [57, 60, 69, 87]
+    assert read_context(str(out / "v75" / "tiny-test_lmhead.bin"))[0]["dsp_arch"] == "v75"
+    assert not (tmp_path / "all.partial").exists()
