@@ -116,16 +116,30 @@ impl ChatTemplate {
                 .ok()
                 .map(|t| (t, jinja_path.clone()))
         };
+        // Only a qhx manifest has a key of its own for the template; a Genie config has none.
+        let genie = bundle.file_name().is_some_and(|n| n == "genie_config.json")
+            || std::fs::read(bundle)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                .is_some_and(|v| crate::genie::looks_like_genie(&v));
         let (source, origin) = given
             .or_else(from_cfg)
             .or_else(from_file)
             .ok_or_else(|| Error::Manifest {
                 path: bundle.to_path_buf(),
-                msg: format!(
-                    "the bundle has no chat template (no chat.template, no chat_template in {}, no {})",
-                    cfg_path.display(),
-                    jinja_path.display()
-                ),
+                msg: if genie {
+                    format!(
+                        "the Genie bundle has no chat template (Genie configs carry none; qhx looks for chat_template in {} and for {})",
+                        cfg_path.display(),
+                        jinja_path.display()
+                    )
+                } else {
+                    format!(
+                        "the bundle has no chat template (no chat.template, no chat_template in {}, no {})",
+                        cfg_path.display(),
+                        jinja_path.display()
+                    )
+                },
             })?;
         let piece = |id: Option<u32>| {
             id.and_then(|i| tok.map(|t| t.token_to_piece(i)))

@@ -65,6 +65,10 @@ pub enum Error {
         path: PathBuf,
     },
 
+    /// The load was cancelled (Ctrl-C) before it finished.
+    #[error("cancelled while loading")]
+    Cancelled,
+
     /// A worker thread (context or tokenizer loading) panicked.
     #[error("the {0} thread panicked")]
     ThreadPanicked(&'static str),

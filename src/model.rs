@@ -368,6 +368,9 @@ pub struct LoadOptions {
     pub progress: Option<fn(&str)>,
     /// How the contexts of a multi-binary bundle are created.
     pub context_load: ContextLoad,
+    /// Checked before the backend starts and between contexts: a cancelled load stops
+    /// with [`Error::Cancelled`], freeing what it created.
+    pub cancel: crate::cancel::CancelToken,
 }
 
 /// How contexts are created from a bundle's binaries.
@@ -434,6 +437,7 @@ impl Default for LoadOptions {
             })),
             progress: None,
             context_load: ContextLoad::default(),
+            cancel: crate::cancel::CancelToken::new(),
         }
     }
 }
@@ -452,18 +456,26 @@ impl Model {
             }
         };
         check_files(&m)?;
+        progress("embedding table");
+        let embed = EmbedTable::open(&m.embed, m.embed_dtype, m.params.vocab, m.params.hidden)?;
+        // Graph names and I/O need only libQnnSystem: a wrong name or shape is reported
+        // before the backend starts and any context is created.
+        progress("graph metadata");
+        let infos = read_infos(&m, system)?;
+        check_graphs(&m, &infos)?;
+        if opts.cancel.is_cancelled() {
+            return Err(Error::Cancelled);
+        }
         // The tokenizer (the slowest host part of a cold start: a 150k-token BPE) loads on
         // its own thread while the embedding is mapped and the contexts are created. Its
         // errors still take precedence, as when it loaded first.
         let tok_path = m.tokenizer.clone();
         let tok_thread = std::thread::spawn(move || Tokenizer::load(&tok_path));
         let stage2 = || -> Result<_> {
-            progress("embedding table");
-            let embed = EmbedTable::open(&m.embed, m.embed_dtype, m.params.vocab, m.params.hidden)?;
             progress("QNN libraries");
             let (rt, rpcmem_note, warnings) = open_runtime(backend, system, opts)?;
-            let (contexts, context_ms) = create_contexts(&rt, &m, opts.context_load, &progress)?;
-            Ok((embed, rt, rpcmem_note, warnings, contexts, context_ms))
+            let (contexts, context_ms) = create_contexts(&rt, &m, &infos, opts, &progress)?;
+            Ok((rt, rpcmem_note, warnings, contexts, context_ms))
         };
         let stage2 = stage2();
         let tokenizer = tok_thread
@@ -479,7 +491,7 @@ impl Model {
                 ),
             });
         }
-        let (embed, rt, rpcmem_note, warnings, contexts, context_ms) = stage2?;
+        let (rt, rpcmem_note, warnings, contexts, context_ms) = stage2?;
         progress("graphs");
         let prefill = match &m.prefill {
             Some(r) => Some(layer_graph(&m, &contexts, r, GraphRole::Prefill)?),
@@ -550,43 +562,89 @@ pub(crate) fn open_runtime(
     Ok((Arc::new(rt), rpcmem_note, warnings))
 }
 
-/// Each distinct binary once: map it, read its metadata via libQnnSystem, create its
-/// context, and drop the mapping right away, so peak RSS holds at most the binaries still
-/// being created. The first failure in manifest order is reported; contexts already created
-/// are freed on return.
-fn create_contexts(
-    rt: &Arc<Runtime>,
-    m: &Manifest,
-    mode: ContextLoad,
-    progress: &(dyn Fn(&str) + Sync),
-) -> Result<(Contexts, Vec<(PathBuf, f64)>)> {
+/// The distinct binaries of a bundle, in manifest order.
+fn binaries(m: &Manifest) -> Vec<PathBuf> {
     let mut bins: Vec<PathBuf> = Vec::new();
     for r in m.prefill.iter().chain([&m.decode, &m.lmhead]) {
         if !bins.contains(&r.bin) {
             bins.push(r.bin.clone());
         }
     }
+    bins
+}
+
+/// Map a context binary (an empty file is an error, not a mapping).
+fn map_binary(bin: &Path) -> Result<memmap2::Mmap> {
+    let file = std::fs::File::open(bin).map_err(|e| Error::io(bin, e))?;
+    let len = file.metadata().map_err(|e| Error::io(bin, e))?.len();
+    if len == 0 {
+        return Err(Error::File {
+            path: bin.to_path_buf(),
+            msg: "context binary is empty".into(),
+        });
+    }
+    qnn::map_file(&file, bin)
+}
+
+/// Each binary's graphs and tensors, read with the system library alone.
+fn read_infos(m: &Manifest, system: &Path) -> Result<HashMap<PathBuf, BinaryInfo>> {
+    let sys = qnn::SystemLibrary::load(system)?;
+    binaries(m)
+        .into_iter()
+        .map(|bin| {
+            let map = map_binary(&bin)?;
+            let info = qnn::read_binary_info_with(&sys, &map, &bin)?;
+            Ok((bin, info))
+        })
+        .collect()
+}
+
+/// Every check of the graphs that needs only their metadata: the manifest's graph names
+/// (or the role guess), dtypes, the layer I/O contract and the lm-head's shape.
+fn check_graphs(m: &Manifest, infos: &HashMap<PathBuf, BinaryInfo>) -> Result<()> {
+    let desc = |r: &GraphRef, role: GraphRole| -> Result<GraphDesc> {
+        let d = pick_graph(&infos[&r.bin], r, role)?.clone();
+        check_dtypes(&d)?;
+        Ok(d)
+    };
+    if let Some(r) = &m.prefill {
+        let d = desc(r, GraphRole::Prefill)?;
+        let io = layer_io(m, &d, false)?;
+        if io.new_shape.rows != io.rows {
+            return Err(Error::graph(&d.name, "new_k/new_v rows disagree with x"));
+        }
+    }
+    layer_io(m, &desc(&m.decode, GraphRole::Decode)?, true)?;
+    check_lmhead(m, &desc(&m.lmhead, GraphRole::LmHead)?)
+}
+
+/// Each distinct binary once: map it, create its context, and drop the mapping right away,
+/// so peak RSS holds at most the binaries still being created. The first failure in
+/// manifest order is reported; contexts already created are freed on return. A cancel
+/// stops the load before the next context.
+fn create_contexts(
+    rt: &Arc<Runtime>,
+    m: &Manifest,
+    infos: &HashMap<PathBuf, BinaryInfo>,
+    opts: &LoadOptions,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<(Contexts, Vec<(PathBuf, f64)>)> {
+    let bins = binaries(m);
     let n = bins.len();
     let load_one = |bin: &PathBuf| -> Result<(Arc<Context>, BinaryInfo, f64)> {
+        if opts.cancel.is_cancelled() {
+            return Err(Error::Cancelled);
+        }
         let i = bins.iter().position(|b| b == bin).unwrap_or(0);
         let name = bin.file_name().unwrap_or_default().to_string_lossy();
         progress(&format!("context {}/{n} ({name})", i + 1));
         let tc = Instant::now();
-        let file = std::fs::File::open(bin).map_err(|e| Error::io(bin, e))?;
-        let len = file.metadata().map_err(|e| Error::io(bin, e))?.len();
-        if len == 0 {
-            return Err(Error::File {
-                path: bin.clone(),
-                msg: "context binary is empty".into(),
-            });
-        }
-        let map = qnn::map_file(&file, bin)?;
-        let info = qnn::read_binary_info(rt, &map, bin)?;
+        let map = map_binary(bin)?;
         let ctx = Context::from_binary(rt, &map, bin)?;
         drop(map);
-        Ok((ctx, info, t0_ms(tc)))
+        Ok((ctx, infos[bin].clone(), t0_ms(tc)))
     };
-    let results = run_in_order(&bins, mode, load_one);
+    let results = run_in_order(&bins, opts.context_load, load_one);
     let mut contexts = Contexts::new();
     let mut context_ms = Vec::new();
     for (bin, r) in bins.iter().zip(results) {

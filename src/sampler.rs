@@ -180,11 +180,15 @@ pub struct SamplerConfig {
     pub min_p: f32,
     /// 1: off. Positive logits are divided by it, negative ones multiplied (HF / QHexRT).
     pub repeat_penalty: f32,
-    /// How many of the most recent tokens (prompt included) the penalty looks at; 0 = all.
+    /// How many of the most recent tokens (prompt included) the penalty looks at: 0 turns
+    /// the penalty off and [`WHOLE_CONTEXT`] looks at every token, as llama.cpp's 0 / -1.
     pub repeat_last_n: usize,
     /// None: seeded from the OS.
     pub seed: Option<u64>,
 }
+
+/// `repeat_last_n` that covers the whole sequence (llama.cpp's `--repeat-last-n -1`).
+pub const WHOLE_CONTEXT: usize = usize::MAX;
 
 impl Default for SamplerConfig {
     fn default() -> Self {
@@ -222,6 +226,12 @@ impl SamplerConfig {
         Ok(())
     }
 
+    /// Whether the repetition penalty changes anything (a penalty of 1 or a window of 0
+    /// is off).
+    pub fn penalizes(&self) -> bool {
+        self.repeat_penalty != 1.0 && self.repeat_last_n > 0
+    }
+
     /// Greedy: temperature 0, or a top-k of one.
     pub fn is_greedy(&self) -> bool {
         self.temp <= 0.0 || self.top_k == 1
@@ -231,11 +241,12 @@ impl SamplerConfig {
     /// `["penalties(1.1, last 64)", "temp(0.8)", "top-k(40)", "top-p(0.95)", "dist(seed 7)"]`.
     pub fn chain(&self) -> Vec<String> {
         let mut parts = Vec::new();
-        if self.repeat_penalty != 1.0 {
-            parts.push(format!(
-                "penalties({}, last {})",
-                self.repeat_penalty, self.repeat_last_n
-            ));
+        if self.penalizes() {
+            let window = match self.repeat_last_n {
+                WHOLE_CONTEXT => "all".to_string(),
+                n => format!("last {n}"),
+            };
+            parts.push(format!("penalties({}, {window})", self.repeat_penalty));
         }
         if self.is_greedy() {
             parts.push("greedy".into());
@@ -287,7 +298,7 @@ impl Sampler {
     /// Pick the next token. `logits` may be modified (penalties); `history` is the sequence
     /// so far (prompt + generated), used only by the repetition penalty.
     pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
-        if self.cfg.repeat_penalty != 1.0 {
+        if self.cfg.penalizes() {
             self.penalize(logits, history);
         }
         if self.cfg.is_greedy() {
@@ -361,7 +372,10 @@ impl Sampler {
 
     fn penalize(&mut self, logits: &mut [f32], history: &[u32]) {
         let n = self.cfg.repeat_last_n;
-        let window = if n == 0 || n >= history.len() {
+        if n == 0 {
+            return;
+        }
+        let window = if n >= history.len() {
             history
         } else {
             &history[history.len() - n..]
@@ -717,5 +731,32 @@ mod chain_tests {
         let t = s.sample(&mut l, &[0, 1, 0]);
         assert_eq!(l, vec![2.0, -2.0, 3.9, 0.5]);
         assert_eq!(t, 2);
+    }
+
+    #[test]
+    fn repeat_window_zero_is_off_and_whole_context_covers_everything() {
+        let run = |n: usize| {
+            let mut s = Sampler::new(SamplerConfig {
+                repeat_penalty: 2.0,
+                repeat_last_n: n,
+                ..Default::default()
+            });
+            let mut l = vec![4.0, -1.0, 3.9, 0.5];
+            s.sample(&mut l, &[0, 1, 3]);
+            l
+        };
+        assert_eq!(run(0), vec![4.0, -1.0, 3.9, 0.5]);
+        assert_eq!(run(WHOLE_CONTEXT), vec![2.0, -2.0, 3.9, 0.25]);
+        let off = SamplerConfig {
+            repeat_penalty: 1.3,
+            repeat_last_n: 0,
+            ..Default::default()
+        };
+        assert!(!off.chain().iter().any(|c| c.starts_with("penalties")));
+        let all = SamplerConfig {
+            repeat_last_n: WHOLE_CONTEXT,
+            ..off
+        };
+        assert_eq!(all.chain()[0], "penalties(1.3, all)");
     }
 }

@@ -72,7 +72,10 @@ impl<'t> TextSession<'t> {
     ) -> Result<TextTurn> {
         let mut stream = self.tok.stream();
         let mut stops = StopMatcher::new(&self.opts.stops);
-        let mut filter = Filter::new(self.opts.reasoning);
+        // Reasoning starts open only when the prompt itself opened a block.
+        let starts_open = self.opts.reasoning != Mode::Show || self.opts.budget.is_some();
+        let starts_open = starts_open && reasoning::prompt_opens_block(self.tok, ids);
+        let mut filter = Filter::new(self.opts.reasoning, starts_open);
         // Text released so far: streamed pieces minus anything a stop string may still claim.
         let mut released = String::new();
         let decode_while_running = out.is_some() || !stops.is_empty();
@@ -82,6 +85,7 @@ impl<'t> TextSession<'t> {
             cfg,
             tokenize_ms,
             self.opts.budget.as_ref(),
+            starts_open,
             |tok| {
                 if !decode_while_running {
                     return Ok(Next::Continue);
@@ -123,9 +127,10 @@ impl<'t> TextSession<'t> {
             // Text the stream or the stop matcher held back goes out now, so what was
             // printed always equals `text` (under the reasoning filter).
             let rest = text.strip_prefix(released.as_str()).unwrap_or_default();
-            write_flush(w, &format!("{}\n", filter.push(rest)))?;
+            let tail = filter.push(rest) + &filter.finish();
+            write_flush(w, &format!("{tail}\n"))?;
         }
-        let saved = reasoning::saved(self.opts.reasoning, &text).to_string();
+        let saved = reasoning::saved(self.opts.reasoning, &text, starts_open);
         Ok(TextTurn {
             output,
             finish,

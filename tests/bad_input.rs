@@ -492,7 +492,7 @@ fn cases() -> Vec<Case> {
             name: "bad --tokens-in file",
             args: a,
             env: vec![],
-            code: 1,
+            code: 2,
             needles,
         });
     }
@@ -505,7 +505,7 @@ fn cases() -> Vec<Case> {
         name: "missing --tokens-in file",
         args: a,
         env: vec![],
-        code: 1,
+        code: 2,
         needles: vec!["absent-ids.txt"],
     });
     let (d, m) = fresh("tokandprompt");
@@ -551,6 +551,121 @@ fn cases() -> Vec<Case> {
         });
     }
 
+    // --- flags that would do nothing where they are given (round 3) ---
+    for (name, extra, needles) in [
+        (
+            "--pp without --bench",
+            vec!["--pp", "8"],
+            vec!["--pp", "--bench"],
+        ),
+        (
+            "--tg without --bench",
+            vec!["--tg", "8"],
+            vec!["--tg", "--bench"],
+        ),
+        (
+            "sampling flags with --bench",
+            vec!["--bench", "--temp", "0.7"],
+            vec!["--bench", "sampling"],
+        ),
+        (
+            "--bench -r 0",
+            vec!["--bench", "-r", "0"],
+            vec!["repetitions", "at least 1"],
+        ),
+        (
+            "--transcript without -i",
+            vec!["--transcript", "t.json"],
+            vec!["--transcript", "-i"],
+        ),
+        (
+            "--repeat-last-n below -1",
+            vec!["--repeat-last-n", "-2"],
+            vec!["--repeat-last-n", "-2"],
+        ),
+    ] {
+        let (d, m) = fresh(name);
+        let mut a = std_args(&m, &d, "4", "hi");
+        if extra[0] == "--bench" {
+            a.truncate(4);
+        }
+        a.extend(extra.iter().map(OsString::from));
+        v.push(Case {
+            name,
+            args: a,
+            env: vec![],
+            code: 2,
+            needles,
+        });
+    }
+    let (d, m) = fresh("transcript-dir");
+    let mut a = std_args(&m, &d, "4", "hi");
+    a.extend(["-i", "--transcript"].map(OsString::from));
+    a.push(d.join("no-such-dir").join("t.json").into());
+    v.push(Case {
+        name: "-i with an unwritable --transcript",
+        args: a,
+        env: vec![],
+        code: 2,
+        needles: vec!["--transcript", "no-such-dir", "cannot write"],
+    });
+    let (d, m) = fresh("n-overflow");
+    v.push(Case {
+        name: "n_tokens beyond 64 bits",
+        args: std_args(&m, &d, "99999999999999999999999", "hi"),
+        env: vec![],
+        code: 2,
+        needles: vec!["beyond any context length"],
+    });
+    let (_d, m) = fresh("root-forgotten");
+    let mut a = std_args(&m, &m, "8", "The capital");
+    a.remove(3);
+    v.push(Case {
+        name: "artifacts root left out (n_tokens in its place)",
+        args: a,
+        env: vec![],
+        code: 2,
+        needles: vec!["artifacts root \"8\"", "n_tokens", "<artifacts_root>"],
+    });
+    #[cfg(unix)]
+    {
+        let (d, m) = fresh("file-nonutf8");
+        let f = d.join("prompt.txt");
+        std::fs::write(&f, b"caf\xe9 \xff").unwrap();
+        let mut a = std_args(&m, &d, "4", "");
+        a.pop();
+        a.push("-f".into());
+        a.push(f.into());
+        v.push(Case {
+            name: "non-UTF-8 -f file",
+            args: a,
+            env: vec![],
+            code: 2,
+            needles: vec!["prompt.txt", "UTF-8", "offset 3"],
+        });
+    }
+    let (d, _m) = fresh("dir-empty");
+    let empty = d.join("empty-bundle");
+    std::fs::create_dir_all(&empty).unwrap();
+    v.push(Case {
+        name: "a directory with no bundle as the manifest",
+        args: std_args(&empty, &d, "4", "hi"),
+        env: vec![],
+        code: 1,
+        needles: vec!["empty-bundle", "no bundle"],
+    });
+    let (d, m) = fresh("dir-arch");
+    let per_arch = d.join("per-arch");
+    std::fs::create_dir_all(per_arch.join("v73")).unwrap();
+    std::fs::copy(&m, per_arch.join("v73").join("tiny.json")).unwrap();
+    v.push(Case {
+        name: "a per-arch bundle without the device's arch",
+        args: std_args(&per_arch, &per_arch, "4", "hi"),
+        env: vec![],
+        code: 1,
+        needles: vec!["per-arch", "v81", "v73"],
+    });
+
     // --- binaries that disagree with the manifest ---
     let (d, m) = fresh("bindims");
     let (other, _) = bundle(
@@ -586,14 +701,8 @@ fn cases() -> Vec<Case> {
     });
 
     // --- more files and paths ---
-    let (d, _m) = fresh("manifestdir");
-    v.push(Case {
-        name: "manifest path is a directory",
-        args: std_args(&d, &d, "4", "hi"),
-        env: vec![],
-        code: 1,
-        needles: vec!["manifestdir"],
-    });
+    // (A bundle directory in the manifest position is read as the bundle: see
+    // tests/cli_regressions.rs; one without a bundle in it is a case above.)
     let (d, m) = fresh("shortembed");
     let e = d.join("tiny_embed_f32.bin");
     let bytes = std::fs::read(&e).unwrap();
@@ -656,13 +765,22 @@ fn cases() -> Vec<Case> {
             }),
             vec!["dialog.sampler.top-p", "out of range"],
         ),
+        (
+            "Genie config (no chat template) with --chat",
+            genie_edit(|_| {}),
+            vec!["Genie bundle has no chat template", "chat_template.jinja"],
+        ),
     ] {
         let (d, _) = fresh(name);
         let cfg = d.join("genie_config.json");
         std::fs::write(&cfg, serde_json::to_vec_pretty(&edit).unwrap()).unwrap();
+        let mut args = std_args(&cfg, &d, "4", "hi");
+        if name.ends_with("--chat") {
+            args.push("--chat".into());
+        }
         v.push(Case {
             name,
-            args: std_args(&cfg, &d, "4", "hi"),
+            args,
             env: vec![],
             code: 1,
             needles,

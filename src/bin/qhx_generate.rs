@@ -66,6 +66,8 @@ fn run(args: Args, cancel: CancelToken) -> Result<ExitCode> {
     for n in &req.notes {
         qhx::elog!("qhx: {n}");
     }
+    // A prompt that cannot fit is reported before the load (the tokenizer alone decides).
+    req.check_prompt_fits()?;
     let progress = std::io::stderr().is_terminal() && !req.quiet;
     if progress {
         req.load.progress = Some(show_progress);
@@ -73,6 +75,12 @@ fn run(args: Args, cancel: CancelToken) -> Result<ExitCode> {
     let loaded = Loaded::load(&req.bundle, &req.backend_lib, &req.system_lib, &req.load);
     if progress {
         let _ = write!(std::io::stderr(), "\r\x1b[2K");
+    }
+    // Ctrl-C while loading: stop now, before any prompt is fed.
+    if matches!(loaded, Err(qhx::Error::Cancelled)) || req.cancel.is_cancelled() {
+        drop(loaded);
+        qhx::elog!("qhx: cancelled while loading");
+        return Ok(ExitCode::from(EXIT_CANCELLED));
     }
     let model = loaded.context("loading the bundle")?;
     let mut engine = model.engine().context("binding graph I/O")?;

@@ -97,15 +97,16 @@ pub struct Args {
     /// timed repetitions; rows print as tests end. No n_tokens or prompt needed.
     #[arg(long)]
     pub bench: bool,
-    /// Benchmark repetitions (`-r` with --bench).
-    #[arg(long = "repetitions", default_value_t = 5)]
-    pub repetitions: usize,
-    /// Benchmark prompt lengths, comma-separated (`-p` with --bench); 0 skips.
-    #[arg(long, value_name = "N,…", default_value = "128", value_delimiter = ',', value_parser = parse_list)]
-    pub pp: Vec<usize>,
-    /// Benchmark generation lengths, comma-separated (`-n` with --bench); 0 skips.
-    #[arg(long, value_name = "N,…", default_value = "128", value_delimiter = ',', value_parser = parse_list)]
-    pub tg: Vec<usize>,
+    /// Benchmark repetitions (`-r` with --bench) [default: 5].
+    #[arg(long = "repetitions", value_name = "N", value_parser = parse_n_tokens)]
+    pub repetitions: Option<usize>,
+    /// Benchmark prompt lengths, comma-separated (`-p` with --bench); 0 skips [default: 128].
+    #[arg(long, value_name = "N,…", value_delimiter = ',', value_parser = parse_list)]
+    pub pp: Option<Vec<usize>>,
+    /// Benchmark generation lengths, comma-separated (`-n` with --bench); 0 skips
+    /// [default: 128].
+    #[arg(long, value_name = "N,…", value_delimiter = ',', value_parser = parse_list)]
+    pub tg: Option<Vec<usize>>,
     /// Benchmark output: md (default), csv, json or jsonl, with llama-bench's field names.
     #[arg(short = 'o', long = "output", value_name = "md|csv|json|jsonl")]
     pub output: Option<Format>,
@@ -180,10 +181,14 @@ fn parse_list(s: &str) -> std::result::Result<usize, String> {
 }
 
 pub fn parse_n_tokens(s: &str) -> std::result::Result<usize, String> {
-    let n: i64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a whole number of tokens"))?;
+    let n: i64 = s.trim().parse().map_err(|e: std::num::ParseIntError| {
+        use std::num::IntErrorKind::{NegOverflow, PosOverflow};
+        match e.kind() {
+            PosOverflow => format!("{s} is beyond any context length"),
+            NegOverflow => format!("must be at least 1 (got {s})"),
+            _ => format!("{s:?} is not a whole number of tokens"),
+        }
+    })?;
     if n <= 0 {
         return Err(format!("must be at least 1 (got {n})"));
     }
@@ -307,10 +312,90 @@ fn utf8_prompt(p: OsString) -> Result<String> {
     })
 }
 
+/// Flags that only one mode reads are refused in the others: a flag that does nothing
+/// would pass for one that worked.
+fn check_mode_flags(args: &Args, pos: &Positional) -> Result<()> {
+    if !args.bench {
+        for (given, flag) in [
+            (args.pp.is_some(), "--pp"),
+            (args.tg.is_some(), "--tg"),
+            (args.repetitions.is_some(), "--repetitions"),
+            (args.output.is_some(), "-o/--output"),
+        ] {
+            if given {
+                bail!(usage(format!("{flag} is a --bench option")));
+            }
+        }
+    } else {
+        let s = &args.sampling;
+        let not_for_bench: Vec<&str> = [
+            (pos.prompt.is_some(), "a prompt (prompt sizes are -p N,…)"),
+            (
+                pos.n_tokens.is_some(),
+                "n_tokens (generation sizes are -n N,…)",
+            ),
+            (args.file.is_some(), "-f"),
+            (args.tokens_in.is_some(), "--tokens-in"),
+            (
+                s.any_given(),
+                "sampling flags (the benchmark decodes greedily)",
+            ),
+            (!args.stop.is_empty(), "--stop"),
+            (
+                args.ignore_eos,
+                "--ignore-eos (the benchmark never stops early)",
+            ),
+            (args.chat, "--chat"),
+            (args.system.is_some(), "--system"),
+            (args.reasoning != reasoning::Mode::Show, "--reasoning"),
+            (args.reasoning_budget.is_some(), "--reasoning-budget"),
+            (args.teacher_force.is_some(), "--teacher-force"),
+            (args.expect_tokens.is_some(), "--expect-tokens"),
+            (args.verbose_prompt, "--verbose-prompt"),
+        ]
+        .into_iter()
+        .filter_map(|(given, what)| given.then_some(what))
+        .collect();
+        if !not_for_bench.is_empty() {
+            bail!(usage(format!(
+                "--bench does not take {}",
+                not_for_bench.join(", ")
+            )));
+        }
+    }
+    if args.transcript.is_some() && !args.interactive {
+        bail!(usage(
+            "--transcript records an interactive chat: it needs -i"
+        ));
+    }
+    Ok(())
+}
+
+/// The artifacts root must be a directory. When it is missing and reads as a number, the
+/// root was most likely left out (the number is n_tokens): say so, as a usage error.
+fn check_root(root: &Path, pos: &Positional) -> Result<()> {
+    if root.is_dir() {
+        return Ok(());
+    }
+    if !root.exists() {
+        let text = root.to_string_lossy();
+        if pos.note.is_none() && text.trim().parse::<i64>().is_ok() {
+            bail!(usage(format!(
+                "artifacts root {text:?} does not exist and reads as n_tokens: the order is \
+                 <manifest> <backend_lib> <system_lib> <artifacts_root> [n_tokens] [prompt]"
+            )));
+        }
+        bail!("artifacts root {} does not exist", root.display());
+    }
+    bail!("artifacts root {} is not a directory", root.display())
+}
+
 impl Request {
     /// Validate `args` (reading the manifest and any id, message or prompt files).
     pub fn from_args(args: Args, cancel: CancelToken) -> Result<Request> {
         let pos = positional(&args);
+        check_mode_flags(&args, &pos)?;
+        check_root(&pos.root, &pos)?;
         let mut notes: Vec<String> = pos.note.into_iter().collect();
         let n_positional = pos
             .n_tokens
@@ -337,13 +422,9 @@ impl Request {
             }
         }
         let root = pos.root;
-        if !root.exists() {
-            bail!("artifacts root {} does not exist", root.display());
-        }
-        if !root.is_dir() {
-            bail!("artifacts root {} is not a directory", root.display());
-        }
-        let chat = args.chat || args.interactive || args.messages.is_some();
+        // As llama-cli: a system message or a conversation file means chat mode.
+        let chat =
+            args.chat || args.interactive || args.messages.is_some() || args.system.is_some();
         let text = match (pos.prompt, args.prompt_flag, &args.file) {
             (Some(_), Some(_), _) => {
                 bail!(usage(
@@ -379,7 +460,18 @@ impl Request {
             }
             None => None,
         };
-        let bundle = Spec::load(&args.manifest, &root)?;
+        if let Some(t) = &args.transcript {
+            check_writable(t)?;
+        }
+        let (manifest, root) = resolve_manifest(
+            &args.manifest,
+            root,
+            &args.backend_lib,
+            &args.system_lib,
+            &mut notes,
+        )?;
+        let bundle = Spec::load(&manifest, &root)?;
+        bundle.check_files()?;
         // A Genie bundle's sampler block applies unless a sampling flag was given, as it
         // does under Genie; parity and teacher-forced runs stay greedy (see `Request`).
         let sampler_from_bundle = match bundle.sampling() {
@@ -437,9 +529,9 @@ impl Request {
             };
             Mode::Bench {
                 cfg: BenchConfig {
-                    n_prompt: args.pp,
-                    n_gen: args.tg,
-                    repetitions: args.repetitions,
+                    n_prompt: args.pp.unwrap_or_else(|| vec![128]),
+                    n_gen: args.tg.unwrap_or_else(|| vec![128]),
+                    repetitions: args.repetitions.unwrap_or(5),
                     allow_nonfinite: args.allow_nonfinite,
                     cancel: cancel.clone(),
                 },
@@ -450,9 +542,6 @@ impl Request {
                 transcript: args.transcript,
             }
         } else {
-            if args.output.is_some() {
-                bail!(usage("-o/--output is the --bench output format"));
-            }
             Mode::OneShot {
                 json: args.json,
                 expected,
@@ -486,6 +575,7 @@ impl Request {
             reasoning_budget: args.reasoning_budget,
             system: args.system,
             load: LoadOptions {
+                cancel: cancel.clone(),
                 log_level,
                 perf: args.perf,
                 rpcmem_lib,
@@ -513,6 +603,7 @@ impl Request {
             .map(|max| -> crate::Result<reasoning::Budget> {
                 Ok(reasoning::Budget {
                     max,
+                    open: model.tokenizer().encode_raw(reasoning::THINK_OPEN)?,
                     close: model.tokenizer().encode_raw(reasoning::THINK_CLOSE)?,
                 })
             })
@@ -530,9 +621,49 @@ impl Request {
         })
     }
 
+    /// A one-shot prompt must leave room to generate within the bundle's context. When a
+    /// byte count cannot settle it (a token covers at least one byte of text, plus BOS and
+    /// template specials), the tokenizer is read ahead of the load to count exactly.
+    pub fn check_prompt_fits(&self) -> Result<()> {
+        if !matches!(self.mode, Mode::OneShot { .. }) {
+            return Ok(());
+        }
+        let max_ctx = self.bundle.max_ctx();
+        let n = match &self.prompt {
+            Prompt::None => return Ok(()),
+            Prompt::Ids(v) => v.len(),
+            Prompt::Text(t) if 2 * t.len() + 2 < max_ctx => return Ok(()),
+            Prompt::Chat(m) => {
+                let text = self
+                    .bundle
+                    .chat_template(None)?
+                    .render(m, true)
+                    .map_err(usage)?;
+                if 2 * text.len() + 2 < max_ctx {
+                    return Ok(());
+                }
+                let tok = crate::tokenizer::Tokenizer::load(self.bundle.tokenizer_path())?;
+                self.ids_with(&tok)?.len()
+            }
+            _ => {
+                let tok = crate::tokenizer::Tokenizer::load(self.bundle.tokenizer_path())?;
+                self.ids_with(&tok)?.len()
+            }
+        };
+        if n >= max_ctx {
+            bail!(
+                "the prompt is {n} tokens, which leaves no room in max_ctx {max_ctx} to generate"
+            );
+        }
+        Ok(())
+    }
+
     /// The prompt's ids.
     pub fn prompt_ids(&self, model: &Loaded) -> crate::Result<Vec<u32>> {
-        let tok = model.tokenizer();
+        self.ids_with(model.tokenizer())
+    }
+
+    fn ids_with(&self, tok: &crate::tokenizer::Tokenizer) -> crate::Result<Vec<u32>> {
         match &self.prompt {
             Prompt::Ids(v) => Ok(v.clone()),
             Prompt::Chat(msgs) => self
@@ -592,14 +723,85 @@ impl Request {
     }
 }
 
+/// `--transcript FILE` must be writable before anything loads (not after the first turn).
+/// A file that did not exist is not left behind.
+fn check_writable(p: &Path) -> Result<()> {
+    let existed = p.exists();
+    match std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(p)
+    {
+        Ok(_) => {
+            if !existed {
+                let _ = std::fs::remove_file(p);
+            }
+            Ok(())
+        }
+        Err(e) => Err(usage(format!(
+            "--transcript {}: cannot write ({e})",
+            p.display()
+        ))),
+    }
+}
+
+/// Whether two paths name the same directory.
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// A directory given as the manifest: its bundle description, as the SDK takes one. For a
+/// bundle with one directory per HTP arch, the device's is taken (the backend is opened
+/// only to ask), and it becomes the artifacts root too when the root given was the
+/// directory itself.
+fn resolve_manifest(
+    given: &Path,
+    root: PathBuf,
+    backend: &Path,
+    system: &Path,
+    notes: &mut Vec<String>,
+) -> Result<(PathBuf, PathBuf)> {
+    use crate::bundle::{bundle_dir, device_arch, pick_arch, BundleDir};
+    if !given.is_dir() {
+        return Ok((given.to_path_buf(), root));
+    }
+    let (dir, found) = match bundle_dir(given)? {
+        BundleDir::File(p) => (given.to_path_buf(), p),
+        BundleDir::PerArch(arches) => {
+            let arch = device_arch(backend, system).context(
+                "asking the backend for its HTP arch, to pick the bundle's arch directory",
+            )?;
+            let sub = pick_arch(given, &arches, arch)?;
+            match bundle_dir(&sub)? {
+                BundleDir::File(p) => (sub, p),
+                BundleDir::PerArch(_) => bail!(
+                    "{}: arch directories inside an arch directory",
+                    sub.display()
+                ),
+            }
+        }
+    };
+    notes.push(format!("bundle description: {}", found.display()));
+    let root = if same_dir(given, &root) { dir } else { root };
+    Ok((found, root))
+}
+
 /// Read `--tokens-in`: ids separated by whitespace/commas, or a JSON array of ids.
+/// Every problem with the file is a usage error (exit 2), as for the other id lists.
 fn read_tokens_in(p: &Path, vocab: usize) -> Result<Vec<u32>> {
     let text = std::fs::read_to_string(p)
-        .with_context(|| format!("--tokens-in {}: cannot read", p.display()))?;
+        .map_err(|e| usage(format!("--tokens-in {}: cannot read ({e})", p.display())))?;
     let t = text.trim();
     let raw: Vec<String> = if t.starts_with('[') {
-        let v: Vec<serde_json::Value> = serde_json::from_str(t)
-            .with_context(|| format!("--tokens-in {}: not a JSON array", p.display()))?;
+        let v: Vec<serde_json::Value> = serde_json::from_str(t).map_err(|e| {
+            usage(format!(
+                "--tokens-in {}: not a JSON array ({e})",
+                p.display()
+            ))
+        })?;
         v.iter().map(|x| x.to_string()).collect()
     } else {
         t.split(|c: char| c.is_whitespace() || c == ',')
@@ -608,22 +810,25 @@ fn read_tokens_in(p: &Path, vocab: usize) -> Result<Vec<u32>> {
             .collect()
     };
     if raw.is_empty() {
-        bail!("--tokens-in {}: no token ids in the file", p.display());
+        bail!(usage(format!(
+            "--tokens-in {}: no token ids in the file",
+            p.display()
+        )));
     }
     raw.iter()
         .enumerate()
         .map(|(i, w)| {
             let id: u64 = w.parse().map_err(|_| {
-                anyhow::anyhow!(
+                usage(format!(
                     "--tokens-in {}: entry {i} ({w:?}) is not a token id",
                     p.display()
-                )
+                ))
             })?;
             if id >= vocab as u64 {
-                bail!(
+                bail!(usage(format!(
                     "--tokens-in {}: token id {id} at index {i} is outside the vocabulary (params.vocab {vocab})",
                     p.display()
-                );
+                )));
             }
             Ok(id as u32)
         })
@@ -677,16 +882,28 @@ pub fn parse_ids(spec: &str, flag: &str) -> Result<Vec<u32>> {
 }
 
 /// `-f FILE` / `-f -` (stdin): the whole file is the prompt, one trailing newline dropped.
+/// An unreadable file or non-UTF-8 bytes are usage errors, as the same bytes given as the
+/// positional prompt are.
 fn read_prompt_file(f: &Path) -> Result<String> {
-    let mut text = if f.as_os_str() == "-" {
-        let mut s = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
-            .context("reading the prompt from stdin")?;
-        s
+    let name = if f.as_os_str() == "-" {
+        "<stdin>".to_string()
     } else {
-        std::fs::read_to_string(f)
-            .with_context(|| format!("reading prompt file {}", f.display()))?
+        f.display().to_string()
     };
+    let bytes = if f.as_os_str() == "-" {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
+            .map_err(|e| usage(format!("-f {name}: cannot read ({e})")))?;
+        b
+    } else {
+        std::fs::read(f).map_err(|e| usage(format!("-f {name}: cannot read ({e})")))?
+    };
+    let mut text = String::from_utf8(bytes).map_err(|e| {
+        usage(format!(
+            "-f {name}: not valid UTF-8 (first bad byte at offset {}); pass text, or ids with --tokens-in",
+            e.utf8_error().valid_up_to()
+        ))
+    })?;
     if text.ends_with('\n') {
         text.pop();
         if text.ends_with('\r') {

@@ -55,8 +55,9 @@ pub struct SamplingArgs {
     /// Penalise tokens seen in the last --repeat-last-n tokens (default 1 = off).
     #[arg(long, value_name = "X")]
     pub repeat_penalty: Option<f32>,
-    /// Window of the repetition penalty (default 64; 0 = whole sequence).
-    #[arg(long, value_name = "N")]
+    /// Window of the repetition penalty (default 64; 0 = off, -1 = the whole context, as
+    /// in llama.cpp).
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_repeat_last_n)]
     pub repeat_last_n: Option<usize>,
     /// RNG seed: the same seed and bundle give the same output (default: random).
     #[arg(long, value_name = "N")]
@@ -119,6 +120,18 @@ impl SamplingArgs {
         };
         cfg.check(|k| format!("--{k}"))?;
         Ok(cfg)
+    }
+}
+
+/// `--repeat-last-n`: a window size, 0 (off) or -1 (the whole context).
+fn parse_repeat_last_n(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<i64>() {
+        Ok(-1) => Ok(crate::sampler::WHOLE_CONTEXT),
+        Ok(n) if n >= 0 => usize::try_from(n).map_err(|_| format!("{n} is too large")),
+        Ok(n) => Err(format!(
+            "{n}: expected a window size, 0 (off) or -1 (whole context)"
+        )),
+        Err(_) => Err(format!("{s:?} is not a whole number")),
     }
 }
 

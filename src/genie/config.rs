@@ -143,9 +143,12 @@ impl Sampler {
             top_p: self.top_p.unwrap_or(1.0),
             min_p: 0.0,
             repeat_penalty: pen.and_then(|p| p.repetition_penalty).unwrap_or(1.0),
-            repeat_last_n: pen
-                .and_then(|p| p.penalize_last_n)
-                .unwrap_or(d.repeat_last_n),
+            // A Genie 0 keeps its earlier qhx meaning, the whole history (qhx's own 0 is off).
+            repeat_last_n: match pen.and_then(|p| p.penalize_last_n) {
+                Some(0) => crate::sampler::WHOLE_CONTEXT,
+                Some(n) => n,
+                None => d.repeat_last_n,
+            },
             seed: self.seed,
         };
         config.check(|k| match k {

@@ -85,9 +85,10 @@ pub fn dims4(t: &TensorDesc) -> [usize; 4] {
     d
 }
 
-/// One graph of a variant, with the role of each input and output.
-pub struct Split {
-    pub graph: Graph,
+/// One graph of a variant, with the role of each input and output. `G` is the graph handle
+/// (`()` when only the metadata is checked, see [`check_graphs`]).
+pub struct Split<G = Graph> {
+    pub graph: G,
     pub desc: GraphDesc,
     pub inputs: Vec<Role>,
     pub outputs: Vec<Role>,
@@ -105,12 +106,12 @@ pub struct KvAt {
 }
 
 /// Graphs sharing one (AR, CL): one model, run split by split.
-pub struct Variant {
+pub struct Variant<G = Graph> {
     pub ar: usize,
     pub cl: usize,
     /// Past slots the graph reads (CL - AR).
     pub past: usize,
-    pub splits: Vec<Split>,
+    pub splits: Vec<Split<G>>,
     pub layers: Vec<KvAt>,
     pub input_ids: (usize, usize),
     pub masks: Vec<(usize, usize)>,
@@ -163,6 +164,9 @@ impl GenieModel {
                 p(stage)
             }
         };
+        if opts.cancel.is_cancelled() {
+            return Err(Error::Cancelled);
+        }
         // As for manifest bundles: the tokenizer parses on its own thread while the
         // contexts are created, and its errors still come first.
         let tok_path = cfg.tokenizer.clone();
@@ -175,6 +179,9 @@ impl GenieModel {
             // Contexts one after another (the real backend crashed on overlapping creations).
             let n = cfg.ctx_bins.len();
             for (k, bin) in cfg.ctx_bins.iter().enumerate() {
+                if opts.cancel.is_cancelled() {
+                    return Err(Error::Cancelled);
+                }
                 let name = bin.file_name().unwrap_or_default().to_string_lossy();
                 progress(&format!("context {}/{n} ({name})", k + 1));
                 let tc = Instant::now();
@@ -189,36 +196,11 @@ impl GenieModel {
         let (rt, rpcmem_note, warnings, graphs, context_ms) = stage2?;
         progress("graphs");
         let variants = group(graphs)?;
-        let v0 = &variants[0];
-        let (s, i) = v0.layers[0].value_in;
-        let vd = dims4(&v0.splits[s].desc.inputs[i]);
-        let (n_kv, head_dim) = (vd[0] * vd[1], vd[3]);
-        if let Some(kv) = cfg.kv_dim {
-            if kv != head_dim {
-                return Err(Error::Manifest {
-                    path: config_path.to_path_buf(),
-                    msg: format!(
-                        "kv-dim {kv} does not match the head dim {head_dim} of {} in graph {}",
-                        v0.splits[s].desc.inputs[i].name, v0.splits[s].desc.name
-                    ),
-                });
-            }
-        }
-        let (ls, li) = v0.logits;
-        let ld = dims4(&v0.splits[ls].desc.outputs[li]);
-        let vocab = ld[3];
-        if tokenizer.vocab_size() > vocab {
-            return Err(Error::Tokenizer {
-                path: cfg.tokenizer.clone(),
-                msg: format!(
-                    "has {} tokens but the logits have {vocab}",
-                    tokenizer.vocab_size()
-                ),
-            });
-        }
-        for v in &variants {
-            check_variant(v, n_kv, head_dim, vocab)?;
-        }
+        let Layout {
+            n_kv,
+            head_dim,
+            vocab,
+        } = check_layout(&cfg, config_path, &variants, tokenizer.vocab_size())?;
         Ok(GenieModel {
             config_path: config_path.to_path_buf(),
             cfg,
@@ -299,16 +281,83 @@ fn load_context(rt: &Arc<Runtime>, bin: &Path) -> Result<Vec<(Graph, GraphDesc)>
     Ok(graphs)
 }
 
+/// What the graphs say about the model: K/V heads, head dim and vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub n_kv: usize,
+    pub head_dim: usize,
+    pub vocab: usize,
+}
+
+/// The checks of [`GenieModel::load`] on graph metadata alone (no QNN handles): group the
+/// graphs of every context binary into variants, give each tensor a role, and check the
+/// shapes against each other, against the config (`kv-dim`) and against the tokenizer's
+/// vocabulary size.
+pub fn check_graphs(
+    cfg: &Resolved,
+    config_path: &Path,
+    graphs: Vec<GraphDesc>,
+    tokenizer_vocab: usize,
+) -> Result<Layout> {
+    let variants = group(graphs.into_iter().map(|d| ((), d)).collect())?;
+    check_layout(cfg, config_path, &variants, tokenizer_vocab)
+}
+
+fn check_layout<G>(
+    cfg: &Resolved,
+    config_path: &Path,
+    variants: &[Variant<G>],
+    tokenizer_vocab: usize,
+) -> Result<Layout> {
+    let Some(v0) = variants.first() else {
+        return Err(Error::Manifest {
+            path: config_path.to_path_buf(),
+            msg: "the context binaries hold no graph".into(),
+        });
+    };
+    let (s, i) = v0.layers[0].value_in;
+    let vd = dims4(&v0.splits[s].desc.inputs[i]);
+    let (n_kv, head_dim) = (vd[0] * vd[1], vd[3]);
+    if let Some(kv) = cfg.kv_dim {
+        if kv != head_dim {
+            return Err(Error::Manifest {
+                path: config_path.to_path_buf(),
+                msg: format!(
+                    "kv-dim {kv} does not match the head dim {head_dim} of {} in graph {}",
+                    v0.splits[s].desc.inputs[i].name, v0.splits[s].desc.name
+                ),
+            });
+        }
+    }
+    let (ls, li) = v0.logits;
+    let ld = dims4(&v0.splits[ls].desc.outputs[li]);
+    let vocab = ld[3];
+    if tokenizer_vocab > vocab {
+        return Err(Error::Tokenizer {
+            path: cfg.tokenizer.clone(),
+            msg: format!("has {tokenizer_vocab} tokens but the logits have {vocab}"),
+        });
+    }
+    for v in variants {
+        check_variant(v, n_kv, head_dim, vocab)?;
+    }
+    Ok(Layout {
+        n_kv,
+        head_dim,
+        vocab,
+    })
+}
+
 /// Group graphs into variants by (AR, CL), order splits by name, and resolve roles.
-fn group(graphs: Vec<(Graph, GraphDesc)>) -> Result<Vec<Variant>> {
-    let mut keyed: Vec<((usize, usize), Graph, GraphDesc)> = Vec::new();
+fn group<G>(graphs: Vec<(G, GraphDesc)>) -> Result<Vec<Variant<G>>> {
+    let mut keyed: Vec<((usize, usize), G, GraphDesc)> = Vec::new();
     for (g, d) in graphs {
         let k = ar_cl(&d)?;
         keyed.push((k, g, d));
     }
     // Largest AR first (the prompt variant), then CL, then splits by graph name.
     keyed.sort_by(|a, b| (b.0 .0, a.0 .1, &a.2.name).cmp(&(a.0 .0, b.0 .1, &b.2.name)));
-    let mut variants: Vec<Variant> = Vec::new();
+    let mut variants: Vec<Variant<G>> = Vec::new();
     for ((ar, cl), graph, desc) in keyed {
         if variants.last().is_none_or(|v| (v.ar, v.cl) != (ar, cl)) {
             variants.push(Variant {
@@ -357,7 +406,7 @@ fn ar_cl(d: &GraphDesc) -> Result<(usize, usize)> {
     Ok((ar, md[3]))
 }
 
-fn assign_roles(v: &mut Variant) -> Result<()> {
+fn assign_roles<G>(v: &mut Variant<G>) -> Result<()> {
     let n = v.splits.len();
     let mut produced: Vec<(String, usize, usize)> = Vec::new();
     let mut layers: std::collections::BTreeMap<usize, [Option<(usize, usize)>; 4]> =
@@ -472,7 +521,7 @@ fn assign_roles(v: &mut Variant) -> Result<()> {
 }
 
 /// Shapes that every split of a variant must agree on.
-fn check_variant(v: &Variant, n_kv: usize, hd: usize, vocab: usize) -> Result<()> {
+fn check_variant<G>(v: &Variant<G>, n_kv: usize, hd: usize, vocab: usize) -> Result<()> {
     let t_in = |(s, i): (usize, usize)| (&v.splits[s].desc, &v.splits[s].desc.inputs[i]);
     let t_out = |(s, o): (usize, usize)| (&v.splits[s].desc, &v.splits[s].desc.outputs[o]);
     let bad = |g: &GraphDesc, t: &TensorDesc, want: String| {
@@ -536,6 +585,84 @@ fn check_variant(v: &Variant, n_kv: usize, hd: usize, vocab: usize) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn t(name: &str, dtype: u32, dims: &[u32]) -> TensorDesc {
+        TensorDesc {
+            id: 0,
+            name: name.into(),
+            tensor_type: 0,
+            dtype,
+            dims: dims.to_vec(),
+            quant: None,
+            raw_quant: Default::default(),
+        }
+    }
+
+    /// One graph of one layer: AR tokens, context CL, 2 K/V heads of dim 8, vocab 32.
+    fn graph(name: &str, ar: u32, cl: u32) -> GraphDesc {
+        let f = qnn_sys::dtype::FLOAT_32;
+        let past = cl - ar;
+        GraphDesc {
+            name: name.into(),
+            inputs: vec![
+                t("input_ids", qnn_sys::dtype::INT_32, &[1, ar]),
+                t("attention_mask", f, &[1, 1, ar, cl]),
+                t("position_ids_cos", f, &[1, 1, ar, 4]),
+                t("position_ids_sin", f, &[1, 1, ar, 4]),
+                t("past_key_0_in", f, &[2, 1, 8, past]),
+                t("past_value_0_in", f, &[2, 1, past, 8]),
+            ],
+            outputs: vec![
+                t("logits", f, &[1, 1, ar, 32]),
+                t("past_key_0_out", f, &[2, 1, 8, ar]),
+                t("past_value_0_out", f, &[2, 1, ar, 8]),
+            ],
+            tensor_version: 1,
+        }
+    }
+
+    fn config(kv_dim: usize) -> Resolved {
+        let v = serde_json::json!({"dialog": {"version": 1, "type": "basic",
+            "context": {"version": 1, "size": 64, "n-vocab": 32, "bos-token": 1, "eos-token": 2},
+            "tokenizer": {"version": 1, "path": "tokenizer.json"},
+            "engine": {"version": 1, "n-threads": 1,
+                "backend": {"version": 1, "type": "QnnHtp", "QnnHtp": {"kv-dim": kv_dim}},
+                "model": {"version": 1, "type": "binary",
+                    "binary": {"version": 1, "ctx-bins": ["a.bin"]}}}}});
+        GenieConfig::resolve(
+            v.to_string().as_bytes(),
+            Path::new("/b/g.json"),
+            Path::new("/b"),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn graph_metadata_is_checked_without_qnn_handles() {
+        let p = Path::new("/b/g.json");
+        let graphs = vec![graph("ar1_cl64", 1, 64), graph("ar16_cl64", 16, 64)];
+        let l = check_graphs(&config(8), p, graphs.clone(), 30).unwrap();
+        assert_eq!(
+            l,
+            Layout {
+                n_kv: 2,
+                head_dim: 8,
+                vocab: 32
+            }
+        );
+        let e = check_graphs(&config(16), p, graphs.clone(), 30).unwrap_err();
+        assert!(e.to_string().contains("kv-dim 16"), "{e}");
+        let e = check_graphs(&config(8), p, graphs, 33).unwrap_err();
+        assert!(e.to_string().contains("33 tokens"), "{e}");
+    }
+
+    /// Context binaries without a single graph: an error naming the config, not an index
+    /// out of bounds (`load` indexed the first variant unchecked).
+    #[test]
+    fn no_graph_at_all_is_an_error() {
+        let e = check_graphs(&config(8), Path::new("/b/g.json"), Vec::new(), 30).unwrap_err();
+        assert!(e.to_string().contains("no graph"), "{e}");
+    }
 
     #[test]
     fn kv_names_follow_genie() {

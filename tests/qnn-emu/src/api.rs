@@ -278,6 +278,9 @@ unsafe extern "C" fn context_create_from_binary(
     if buf.is_null() || out.is_null() || size == 0 {
         return E_CONTEXT_INVALID_ARGUMENT;
     }
+    if knobs::get().load_delay_ms > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(knobs::get().load_delay_ms));
+    }
     if let Some(code) = knobs::injected_failure("contextCreateFromBinary") {
         log(
             log_level::ERROR,

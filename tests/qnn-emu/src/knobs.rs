@@ -21,6 +21,9 @@ pub struct Knobs {
     pub threads: usize,
     /// Milliseconds each graphExecute sleeps first (QNN_EMU_DELAY_MS), to land signals.
     pub delay_ms: u64,
+    /// Milliseconds each contextCreateFromBinary sleeps first (QNN_EMU_LOAD_DELAY_MS), to
+    /// land a signal while a bundle loads.
+    pub load_delay_ms: u64,
     /// Print a banner on stdout through C stdio at backendCreate, as the real x86 HTP
     /// backend does (QNN_EMU_STDOUT, default on; 0 turns it off).
     pub stdout_banner: bool,
@@ -96,6 +99,9 @@ pub fn get() -> &'static Knobs {
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
                 .max(1),
             delay_ms: env("QNN_EMU_DELAY_MS")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            load_delay_ms: env("QNN_EMU_LOAD_DELAY_MS")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0),
             stdout_banner: env("QNN_EMU_STDOUT").is_none_or(|v| v != "0"),

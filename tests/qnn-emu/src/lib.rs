@@ -24,6 +24,8 @@
 //! * `QNN_EMU_CALIBRATE=path`: accumulate min/max of hidden states and K/V per layer (f32
 //!   runs) into `path`, for choosing fixed-point I/O scales.
 //! * `QNN_EMU_DELAY_MS=n`: every graphExecute sleeps n ms first (to land a signal mid-run).
+//! * `QNN_EMU_LOAD_DELAY_MS=n`: every contextCreateFromBinary sleeps n ms first (to land a
+//!   signal while a bundle loads).
 //! * `QNN_EMU_STDOUT=0`: do not print the banner that backendCreate writes on stdout through
 //!   C stdio (flushed at exit), as the real x86 HTP backend does; on by default so every
 //!   test that reads stdout checks that the host keeps stdout its own.
