@@ -8,7 +8,9 @@
 # makes: onnxruntime-qnn, which --target htp will compile with, next to the same gguf / numpy /
 # tokenizers pins as the asset venv). QHX_EXPORT_PYTHON=/path/to/python uses that interpreter's
 # environment instead. Install output goes to stderr; stdout is qhx-export's own (its last line
-# is the written manifest's path). The exit status is qhx-export's.
+# is the written manifest's path). The exit status is qhx-export's. The install includes the
+# package's test extras (pinned pytest and ruff), so after one run the suite is:
+#   "$(scripts/qnn-libs.sh --python)" -m pytest export/tests   (and -m ruff check export)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,7 +25,7 @@ else
 fi
 venv=$(cd "$(dirname "$py")/.." && pwd)
 stamp="$venv/.qhx-export"
-want="$(sha256sum "$root/export/pyproject.toml" | cut -d' ' -f1) $root/export"
+want="$(sha256sum "$root/export/pyproject.toml" | cut -d' ' -f1) $root/export[test]"
 
 installed() {
     [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]] && "$py" -c 'import qhx_export' 2>/dev/null
@@ -35,8 +37,8 @@ if ! installed; then
     flock 9
     if ! installed; then
         log "installing $root/export (editable) into $venv"
-        "$py" -m pip install --disable-pip-version-check -q -e "$root/export" >&2 ||
-            die "pip install -e $root/export failed"
+        "$py" -m pip install --disable-pip-version-check -q -e "$root/export[test]" >&2 ||
+            die "pip install -e $root/export[test] failed"
         printf '%s' "$want" >"$stamp"
     fi
     exec 9>&-
