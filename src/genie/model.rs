@@ -626,7 +626,7 @@ mod tests {
             "context": {"version": 1, "size": 64, "n-vocab": 32, "bos-token": 1, "eos-token": 2},
             "tokenizer": {"version": 1, "path": "tokenizer.json"},
             "engine": {"version": 1, "n-threads": 1,
-                "backend": {"version": 1, "type": "QnnHtp", "QnnHtp": {"kv-dim": kv_dim}},
+                "backend": {"version": 1, "type": "QnnHtp", "QnnHtp": {"version": 1, "kv-dim": kv_dim}},
                 "model": {"version": 1, "type": "binary",
                     "binary": {"version": 1, "ctx-bins": ["a.bin"]}}}}});
         GenieConfig::resolve(
