@@ -434,3 +434,442 @@ fn load_progress_shows_on_a_terminal_only() {
     let o = generate(&m, &d, "2", "hi", &[], &[]);
     assert!(!stderr(&o).contains("loading"), "{}", stderr(&o));
 }
+
+// --- Round 3 of the new-user issue: one test per item, each failing before its fix. ---
+
+/// `--json` document of a run on `m` (greedy unless `extra` says otherwise).
+fn json_run(m: &Path, d: &Path, n: &str, prompt: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["--json"];
+    args.extend_from_slice(extra);
+    let o = generate(m, d, n, prompt, &args, &[]);
+    assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+    json(&o)
+}
+
+#[test]
+fn reasoning_modes_leave_a_model_that_never_thinks_alone() {
+    // Item 1: text is reasoning only after a <think>; this model never writes one.
+    let (d, m) = bundle("reg-r3-reason", &SynthSpec::default());
+    let show = json_run(&m, &d, "12", "hello", &["--ignore-eos"]);
+    let text = show["text"].as_str().unwrap().to_string();
+    assert!(!text.is_empty() && !text.contains("<think>"), "{text:?}");
+    for mode in ["hide", "strip"] {
+        let v = json_run(
+            &m,
+            &d,
+            "12",
+            "hello",
+            &["--ignore-eos", "--reasoning", mode],
+        );
+        assert_eq!(v["text"], show["text"], "--reasoning {mode}");
+        let o = generate(
+            &m,
+            &d,
+            "12",
+            "hello",
+            &["--ignore-eos", "--reasoning", mode],
+            &[],
+        );
+        assert_eq!(
+            stdout(&o).trim_end_matches('\n'),
+            text,
+            "--reasoning {mode} stdout"
+        );
+    }
+    // A budget never closes a block that was never opened.
+    let v = json_run(
+        &m,
+        &d,
+        "12",
+        "hello",
+        &["--ignore-eos", "--reasoning-budget", "4"],
+    );
+    assert_eq!(v["output_ids"], show["output_ids"]);
+    assert!(!v["text"].as_str().unwrap().contains("</think>"));
+}
+
+#[test]
+fn a_template_that_opens_a_block_makes_the_reply_reasoning_until_it_closes() {
+    // Item 1, the other side: the rendered template ends with <think>, so the reply starts
+    // inside a block; the budget forces </think> after 3 tokens and hide prints only what
+    // follows it.
+    let (d, m) = bundle("reg-r3-opened", &SynthSpec::default());
+    with_template(&d, &format!("{TEMPLATE}<think>\n"));
+    let args = ["--chat", "--ignore-eos", "--reasoning-budget", "3"];
+    let show = json_run(&m, &d, "16", "hi", &args);
+    let text = show["text"].as_str().unwrap();
+    let close = text
+        .find("</think>")
+        .unwrap_or_else(|| panic!("no forced </think> in {text:?}"));
+    let answer = text[close + "</think>".len()..].trim_start();
+    let hide = json_run(
+        &m,
+        &d,
+        "16",
+        "hi",
+        &[&args[..], &["--reasoning", "hide"]].concat(),
+    );
+    assert_eq!(hide["output_ids"], show["output_ids"]);
+    assert_eq!(hide["text"], answer);
+}
+
+#[test]
+fn strip_in_interactive_mode_keeps_the_replies_of_a_model_that_never_thinks() {
+    // Item 1: --reasoning strip in -i stored empty assistant turns.
+    let tr = tmp("reg-r3-strip-tr").join("t.json");
+    std::fs::create_dir_all(tr.parent().unwrap()).unwrap();
+    let (out, _) = interactive_script(
+        "reg-r3-strip",
+        &[
+            "8",
+            "-i",
+            "--ignore-eos",
+            "--reasoning",
+            "strip",
+            "--transcript",
+            tr.to_str().unwrap(),
+        ],
+        "one\ntwo\n",
+    );
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&tr).unwrap()).unwrap();
+    let replies: Vec<&str> = v["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(replies.len(), 2, "{v}");
+    let printed: Vec<&str> = out.lines().collect();
+    for (i, r) in replies.iter().enumerate() {
+        assert!(!r.is_empty(), "reply {i} stored empty: {v}");
+        assert_eq!(*r, printed[i], "reply {i}");
+    }
+}
+
+#[test]
+fn system_and_messages_turn_chat_mode_on() {
+    // Item 3: -sys and --messages without --chat were ignored.
+    let (d, m) = bundle("reg-r3-sys", &SynthSpec::default());
+    with_template(&d, TEMPLATE);
+    let plain = json_run(&m, &d, "2", "hi", &[]);
+    let chat = json_run(&m, &d, "2", "hi", &["--chat", "--system", "Be brief."]);
+    let sys = json_run(&m, &d, "2", "hi", &["--system", "Be brief."]);
+    assert_ne!(plain["input_ids"], chat["input_ids"]);
+    assert_eq!(sys["input_ids"], chat["input_ids"]);
+    let f = d.join("messages.json");
+    std::fs::write(
+        &f,
+        r#"[{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "ok"}]"#,
+    )
+    .unwrap();
+    let f = f.to_str().unwrap();
+    let with = json_run(&m, &d, "2", "hi", &["--chat", "--messages", f]);
+    let without = json_run(&m, &d, "2", "hi", &["--messages", f]);
+    assert_eq!(with["input_ids"], without["input_ids"]);
+    assert_ne!(with["input_ids"], chat["input_ids"]);
+}
+
+#[test]
+fn flags_of_another_mode_are_usage_errors_not_silence() {
+    // Item 3: --pp/--tg without --bench, sampling with --bench, --transcript without -i,
+    // --bench -r 0. Each is refused before anything loads.
+    let (d, m) = bundle("reg-r3-modes", &SynthSpec::default());
+    let lib = emu();
+    let base = [
+        m.as_os_str(),
+        lib.as_os_str(),
+        lib.as_os_str(),
+        d.as_os_str(),
+    ];
+    for extra in [
+        &["4", "hi", "--pp", "8"][..],
+        &["4", "hi", "--tg", "8"],
+        &["4", "hi", "--repetitions", "2"],
+        &["4", "hi", "--transcript", "t.json"],
+        &["--bench", "--temp", "0.8"],
+        &["--bench", "--seed", "3"],
+        &["--bench", "--stop", "x"],
+        &["--bench", "-r", "0"],
+        &["--bench", "4", "a prompt"],
+    ] {
+        let mut args: Vec<&std::ffi::OsStr> = base.to_vec();
+        args.extend(extra.iter().map(std::ffi::OsStr::new));
+        let o = run(&args, &[]);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
+        assert!(!loaded(&o), "{extra:?} loaded the bundle");
+        assert_eq!(stderr(&o).lines().count(), 1, "{extra:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn a_non_utf8_line_in_interactive_mode_costs_only_that_line() {
+    // Item 4: one bad line ended the session.
+    let mut ch = interactive("reg-r3-utf8", &["4", "-i", "--ignore-eos"], &[]);
+    ch.stdin
+        .take()
+        .unwrap()
+        .write_all(b"first\n\xff\xfe bad\nsecond\n")
+        .unwrap();
+    let o = ch.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("not valid UTF-8"), "{err}");
+    assert!(err.contains("qhx: turn=2"), "{err}");
+    assert!(!err.contains("qhx: turn=3"), "{err}");
+}
+
+#[test]
+fn errors_without_a_backend_arrive_before_it_starts() {
+    // Item 5: a missing binary, a wrong graph name, a prompt longer than max_ctx and an
+    // unwritable transcript are reported before the backend is created (the emulator's
+    // trace records every backendCreate).
+    let check = |tag: &str,
+                 edit: &dyn Fn(&Path, &Path),
+                 extra: &[&str],
+                 prompt: &str,
+                 code,
+                 needle: &str| {
+        let (d, m) = bundle(tag, &SynthSpec::default());
+        edit(&d, &m);
+        let trace = d.join("trace.json");
+        let o = generate(
+            &m,
+            &d,
+            "4",
+            prompt,
+            extra,
+            &[("QNN_EMU_TRACE", trace.to_str().unwrap())],
+        );
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(code), "{tag}: {err}");
+        assert!(err.contains(needle), "{tag}: {err}");
+        let events = std::fs::read_to_string(&trace).unwrap_or_default();
+        assert!(
+            !events.contains("create backend"),
+            "{tag}: the backend started: {events}"
+        );
+    };
+    check(
+        "reg-r3-nodecode",
+        &|d, _| std::fs::remove_file(d.join("tiny_decode.bin")).unwrap(),
+        &[],
+        "hi",
+        1,
+        "tiny_decode.bin",
+    );
+    check(
+        "reg-r3-graphname",
+        &|_, m| {
+            edit_json(m, |v| {
+                v["artifacts"]["contexts"]["decode"]["graph"] = "no_such_graph".into()
+            })
+        },
+        &[],
+        "hi",
+        1,
+        "no_such_graph",
+    );
+    check(
+        "reg-r3-long",
+        &|_, _| {},
+        &[],
+        &"word ".repeat(200),
+        1,
+        "leaves no room",
+    );
+    check(
+        "reg-r3-transcript",
+        &|_, _| {},
+        &["-i", "--transcript", "/proc/no/such/t.json"],
+        "hi",
+        2,
+        "--transcript",
+    );
+}
+
+#[test]
+fn bad_ids_and_bad_prompt_files_are_usage_errors() {
+    // Item 6: --tokens-in with an id outside the vocabulary and a non-UTF-8 -f file exited
+    // 1 while the same bytes as a positional prompt exit 2.
+    let (d, m) = bundle("reg-r3-codes", &SynthSpec::default());
+    let ids = d.join("ids.txt");
+    std::fs::write(&ids, "1 999999").unwrap();
+    let o = generate(&m, &d, "4", "", &[], &[]);
+    assert_eq!(o.status.code(), Some(2)); // (empty prompt: the positional path's code)
+    let lib = emu();
+    let mut c = command(bin());
+    c.arg(&m)
+        .arg(&lib)
+        .arg(&lib)
+        .arg(&d)
+        .arg("4")
+        .arg("--tokens-in")
+        .arg(&ids);
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let f = d.join("p.txt");
+    std::fs::write(&f, b"caf\xe9").unwrap();
+    let mut c = command(bin());
+    c.arg(&m)
+        .arg(&lib)
+        .arg(&lib)
+        .arg(&d)
+        .arg("4")
+        .arg("-f")
+        .arg(&f);
+    let o = c.output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+#[test]
+fn repeat_last_n_zero_is_off_and_minus_one_is_the_whole_context() {
+    // Item 7: 0 penalised the whole sequence; -1 was refused.
+    let (d, m) = bundle("reg-r3-rln", &SynthSpec::default());
+    let plain = json_run(&m, &d, "24", "hello hello", &["--ignore-eos"]);
+    let pen = |n: &str| {
+        json_run(
+            &m,
+            &d,
+            "24",
+            "hello hello",
+            &[
+                "--ignore-eos",
+                "--repeat-penalty",
+                "4",
+                "--repeat-last-n",
+                n,
+            ],
+        )
+    };
+    let off = pen("0");
+    assert_eq!(off["output_ids"], plain["output_ids"]);
+    assert!(!off["sampling"]["chain"].to_string().contains("penalties"));
+    let all = pen("-1");
+    assert_eq!(all["output_ids"], pen("100000")["output_ids"]);
+    assert_ne!(
+        all["output_ids"], plain["output_ids"],
+        "the penalty did nothing"
+    );
+    assert!(all["sampling"]["chain"]
+        .to_string()
+        .contains("penalties(4, all)"));
+}
+
+#[test]
+fn misleading_messages_say_what_is_wrong() {
+    // Item 8: an n_tokens past 64 bits, and the artifacts root left out.
+    let (d, m) = bundle("reg-r3-msgs", &SynthSpec::default());
+    let o = generate(&m, &d, "99999999999999999999999", "hi", &[], &[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("beyond any context length"),
+        "{}",
+        stderr(&o)
+    );
+    let lib = emu();
+    let o = run(
+        &[
+            m.as_os_str(),
+            lib.as_os_str(),
+            lib.as_os_str(),
+            "8".as_ref(),
+            "The capital".as_ref(),
+        ],
+        &[],
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("artifacts root \"8\"") && !err.contains("invalid n_tokens"),
+        "{err}"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn ctrl_c_while_loading_stops_before_the_prompt() {
+    // Item 9: SIGINT during the load was honoured only after the first prefill chunk.
+    let (d, m) = bundle("reg-r3-loadcancel", &SynthSpec::default());
+    let trace = d.join("trace.json");
+    let t = std::time::Instant::now();
+    let child = generate_command(
+        &m,
+        &d,
+        "4",
+        "hi",
+        &[],
+        &[
+            ("QNN_EMU_LOAD_DELAY_MS", "1500"),
+            ("QNN_EMU_TRACE", trace.to_str().unwrap()),
+        ],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let st = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    // Three contexts at 1.5 s each: stopping after the first one ends well before 4.5 s.
+    assert!(
+        t.elapsed() < std::time::Duration::from_millis(3500),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(err.contains("cancelled while loading"), "{err}");
+    assert!(!err.contains("ttft_ms") && o.stdout.is_empty(), "{err}");
+    let t = assert_all_freed(&trace, "load cancel");
+    assert!(!t["events"].to_string().contains("execute"), "{t}");
+}
+
+#[test]
+fn interactive_commands_are_not_sent_to_the_model() {
+    // Item 10: /help and /quit went to the model as user turns.
+    let (_, err) = interactive_script(
+        "reg-r3-cmds",
+        &["4", "-i", "--ignore-eos"],
+        "/help\n/frobnicate\nhello\n/quit\nnever sent\n",
+    );
+    assert!(err.contains("/reset") && err.contains("/quit"), "{err}");
+    assert!(err.contains("unknown command /frobnicate"), "{err}");
+    assert_eq!(err.matches("qhx: turn=").count(), 1, "{err}");
+}
+
+#[test]
+fn a_full_context_in_interactive_mode_drops_the_oldest_turns() {
+    // Item 10: a full context stopped the conversation.
+    let turn = "word ".repeat(16);
+    let script = format!("{turn}\n{turn}\n{turn}\n{turn}\n");
+    let (_, err) = interactive_script(
+        "reg-r3-drop",
+        &["40", "-i", "--ignore-eos", "--system", "S"],
+        &script,
+    );
+    assert!(err.contains("dropped the oldest"), "{err}");
+    assert_eq!(err.matches("qhx: turn=").count(), 4, "{err}");
+    assert!(!err.contains("finish=ctx_full"), "{err}");
+}
+
+#[test]
+fn a_bundle_directory_in_the_manifest_position_is_read_as_the_bundle() {
+    // Item 12: `Is a directory`.
+    let (d, m) = bundle("reg-r3-dir", &SynthSpec::default());
+    let want = json_run(&m, &d, "6", "hi", &["--ignore-eos"]);
+    let got = json_run(&d, &d, "6", "hi", &["--ignore-eos"]);
+    assert_eq!(got["output_ids"], want["output_ids"]);
+    // One directory per arch: the device's (the emulator reports v81) is taken, and the
+    // artifacts resolve inside it.
+    let per_arch = tmp("reg-r3-perarch");
+    std::fs::create_dir_all(per_arch.join("v73")).unwrap();
+    std::fs::copy(&m, per_arch.join("v73").join("tiny.json")).unwrap();
+    std::fs::rename(&d, per_arch.join("v81")).unwrap();
+    let got = json_run(&per_arch, &per_arch, "6", "hi", &["--ignore-eos"]);
+    assert_eq!(got["output_ids"], want["output_ids"]);
+}
