@@ -96,6 +96,25 @@ python3 scripts/parity.py | tee "$plog" || prc=$?
 ppassed=$(tail -n 1 "$plog" | sed -E 's/^([0-9]+) passed.*/\1/')
 pfailed=$(tail -n 1 "$plog" | sed -E 's/.* ([0-9]+) failed$/\1/')
 
+echo "== exporter package (export/: ruff + pytest)" >&2
+xlog=$tmp/export.log
+xrc=0
+scripts/qhx-export.sh --help >/dev/null # installs export/ into the QNN venv on first use
+xpy=$(scripts/qnn-libs.sh --python | tail -n 1)
+{
+    "$xpy" -m ruff check export && "$xpy" -m ruff format --check export &&
+        "$xpy" -m pytest -p no:cacheprovider export/tests
+} 2>&1 | tee "$xlog" || xrc=$?
+xpassed=$(grep -E '^[0-9]+ passed' "$xlog" | tail -n 1 | sed -E 's/^([0-9]+) passed.*/\1/')
+xfailed=$(grep -E '[0-9]+ failed' "$xlog" | tail -n 1 | sed -E 's/^.* ([0-9]+) failed.*/\1/')
+if [[ -z "$xpassed" || "$xpassed" -eq 0 ]]; then
+    echo "test.sh: the exporter's pytest suite ran no test" >&2
+    xrc=1
+fi
+ppassed=$((ppassed + ${xpassed:-0}))
+pfailed=$((pfailed + ${xfailed:-0} + (xrc != 0 && ${xfailed:-0} == 0 ? 1 : 0)))
+[[ $xrc -eq 0 ]] || prc=1
+
 echo "== bundle-shape matrix (prefill window/chunked/none x pos/head-major KV x f32/f16/ufixed16)" >&2
 matrix=$(QHX_MATRIX=${QHX_MATRIX:-ci} scripts/build-matrix.sh)
 mlog=$tmp/matrix.log
