@@ -10,13 +10,13 @@
 # Cache: QHX_CACHE (default ~/.cache/qhx)/venv-qnn, kept apart from venv/ so the asset tools'
 # pins (scripts/fetch-assets.sh) never move; reinstalled only when the pin stamp changes.
 #
-# The libraries link against the libc++ in the wheel's onnxruntime_qnn.libs/ (RUNPATH
-# $ORIGIN/../onnxruntime_qnn.libs). That RUNPATH applies to the library's own DT_NEEDED entries,
-# but libQnnHtp.so dlopens libHtpPrepare.so and friends by bare name, which only the executable's
-# search path (LD_LIBRARY_PATH) finds; run qhx_generate with LD_LIBRARY_PATH=<this dir>:
+# The libraries carry RPATH $ORIGIN:$ORIGIN/../onnxruntime_qnn.libs, which finds the wheel's
+# libc++ and the libHtpPrepare.so that libQnnHtp.so dlopens, so qhx_generate runs them by path
+# with no LD_LIBRARY_PATH (checked: a fp16 real bundle runs with LD_LIBRARY_PATH unset). A copy
+# of the libraries made elsewhere, without that directory layout, needs LD_LIBRARY_PATH=<dir>:
 #
-#   LD_LIBRARY_PATH=$(scripts/qnn-libs.sh) target/release/qhx_generate <manifest> \
-#       $(scripts/qnn-libs.sh)/libQnnHtp.so $(scripts/qnn-libs.sh)/libQnnSystem.so <dir> 8 'Hello'
+#   L=$(scripts/qnn-libs.sh); target/release/qhx_generate <manifest> \
+#       $L/libQnnHtp.so $L/libQnnSystem.so <dir> 8 'Hello'
 set -euo pipefail
 
 QHX_CACHE=${QHX_CACHE:-$HOME/.cache/qhx}
