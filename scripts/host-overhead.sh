@@ -2,8 +2,10 @@
 # Host overhead per decode step on synthetic null-compute bundles (DeepSeek-1.5B-like and
 # Llama-1B-like, f16 and ufixed16 I/O, C in 512/1024/4096, greedy and top-k/top-p), plus the
 # cold start (manifest + tokenizer + embed mmap + binary info). Prints a table, or with
-# --json one JSON array. Bundles are cached in target/bundles/host-overhead/.
-#   scripts/host-overhead.sh [--json] [--steps N] [--shape deepseek-1.5b|llama-1b]
+# --json one JSON array (stdout carries nothing else: the harness keeps fd 1 from the QNN
+# library's banner, as qhx_generate does). Bundles are cached in target/bundles/host-overhead/.
+#   scripts/host-overhead.sh [--json] [--steps N] [--shape deepseek-1.5b|llama-1b|tiny]
+# (tiny: a small shape that checks the harness in seconds; tests/host_overhead.rs runs it.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
