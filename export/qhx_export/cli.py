@@ -85,7 +85,14 @@ def parser() -> argparse.ArgumentParser:
     )
     emu.add_argument("--kv-layout", choices=("pos_major", "head_major"), default="pos_major")
     emu.add_argument("--shared", action="store_true", help="prefill and decode graphs in one binary")
-    emu.add_argument("--calib", metavar="FILE", help="value ranges JSON for --io ufixed16")
+    ap.add_argument(
+        "--calib",
+        metavar="FILE",
+        help="htp: calibration text (sequences separated by blank lines; default: the built-in corpus); "
+        "emu: value ranges JSON for --io ufixed16",
+    )
+    htp = ap.add_argument_group("--target htp")
+    htp.add_argument("--keep-onnx", action="store_true", help="keep the ONNX graphs in DIR/onnx/")
     ap.add_argument("--version", action="version", version=f"qhx-export {__version__}")
     return ap
 
@@ -146,11 +153,47 @@ def run(argv: Sequence[str] | None) -> list[str]:
         f"{' tied' if c.tied else ''}"
     )
     if a.target == "htp":
-        raise NotImplementedYet(
-            "--target htp is not implemented yet (issue 16: graphs, quantization and "
-            "compilation come next); --target emu writes emulator bundles"
-        )
+        return _export_htp(a, ck, t0)
     return _export_emu(a, ck, t0)
+
+
+def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
+    from qhx_export.write.files import staged_dir
+    from qhx_export.write.htp import HtpOptions, write_bundle
+
+    for opt, val in (
+        ("--io", a.io != "f32"),
+        ("--weights", a.weights != "q"),
+        ("--shared", a.shared),
+        ("--kv-layout", a.kv_layout != "pos_major"),
+        ("--embed-dtype", a.embed_dtype != "f32"),
+    ):
+        if val:
+            raise ExportError(f"{opt} is an option of --target emu")
+    if a.format != "qhx":
+        raise NotImplementedYet(f"--format {a.format} is not implemented yet for --target htp (qhx only)")
+    name = a.name or _name(ck.default_name())
+    o = HtpOptions(
+        name=name,
+        arches=list(ARCHES) if a.arch == "all" else [a.arch or "v79"],
+        per_arch_dirs=a.arch == "all",
+        soc=a.soc,
+        precision=a.precision or "fp16",
+        ctx=a.ctx,
+        ar=a.ar,
+        prefill=a.prefill,
+        kv_dtype=a.kv_dtype,
+        calib=a.calib,
+        keep_onnx=a.keep_onnx,
+        model_name=a.model_name,
+    )
+    from qhx_export.compile.htp import stdout_to_stderr
+
+    with stdout_to_stderr(), staged_dir(a.out) as tmp:
+        paths = write_bundle(ck, tmp, o, log, _progress())
+        rel = [os.path.relpath(p, tmp) for p in paths]
+    log(f"done in {time.monotonic() - t0:.1f}s")
+    return [os.path.join(os.path.normpath(a.out), m) for m in rel]
 
 
 def _export_emu(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
