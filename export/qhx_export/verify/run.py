@@ -150,11 +150,15 @@ def verify(
         from qhx_export.verify.loop import load_bundle
 
         loop = load_bundle(manifest)
+    ctx = int(json.load(open(manifest, encoding="utf-8"))["params"]["max_ctx"])
     for p in prompts:
         (ids,) = tokenize([p], tok, ck.bos_token_id(), 10_000)
-        gold = float_greedy(ck, ids, n_tokens)
-        got = run_qhx(binary, manifest, ids, n_tokens, gold)
-        ort = loop.generate(ids, n_tokens, gold) if loop is not None else None
+        n = min(n_tokens, ctx - len(ids))  # the last step's logits come from slot C - 1
+        if n < 1:
+            raise ExportError(f"--verify: prompt {p!r} ({len(ids)} tokens) does not fit --ctx {ctx}")
+        gold = float_greedy(ck, ids, n)
+        got = run_qhx(binary, manifest, ids, n, gold)
+        ort = loop.generate(ids, n, gold) if loop is not None else None
         rows.append(Row(p, len(gold), sum(a == b for a, b in zip(got, gold, strict=False)), got, ort, gold))
     mean = sum(r.rate for r in rows) / len(rows)
     return {

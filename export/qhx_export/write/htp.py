@@ -99,6 +99,77 @@ def build_graphs(
     return paths
 
 
+MIXED_PEAK = 1024.0  # a residual stream wider than this keeps its adds and norms in fp16
+Compiled = dict[str, tuple[str, str, dict[str, tuple[float, int]]]]
+
+
+def quantize_graphs(
+    ck: Checkpoint,
+    o: HtpOptions,
+    paths: dict[str, str],
+    seqs: list[list[int]],
+    peak: float,
+    work: str,
+    log: Log,
+    progress: Progress,
+) -> Compiled:
+    """Calibrate and QDQ-quantize: {role: (path, qnn mode, fixed-point I/O params)}."""
+    from qhx_export.quant.qdq import CALIB_MASK, feeds_stream, fixed_point_io, quantize
+    from qhx_export.verify.loop import Loop, cpu_graph
+
+    c = ck.config
+    bits = 4 if o.precision == "w4a16" else 8
+    mixed = peak > MIXED_PEAK
+    log(
+        f"{o.precision}: int{bits} per-channel weights, uint16 activations"
+        f"{f'; residual adds and RMSNorms in fp16 (residual peak {peak:.0f})' if mixed else ''}; "
+        f"calibrating on {len(seqs)} sequences"
+    )
+    man = {
+        "params": {
+            "hidden": c.hidden,
+            "head_dim": c.head_dim,
+            "n_kv_heads": c.n_kv_heads,
+            "n_layers": c.n_layers,
+            "rope_theta": c.rope_theta,
+            "rope_scaling": c.rope_scaling,
+        }
+    }
+    emb = ck.float32("token_embd.weight").astype(np.float16)
+
+    def make_loop() -> Loop:
+        graphs = {r: cpu_graph(p) for r, p in paths.items()}
+        return Loop(man, work, graphs, neg_override=CALIB_MASK, embed=emb)
+
+    # w4a16: the lm-head too, with int8 per-channel weights (4-bit logits lose too much);
+    # w8a16 keeps an fp16 lm-head
+    roles = ["prefill", "decode"] + (["lmhead"] if bits == 4 else [])
+    out: Compiled = {}
+    tick = progress("calibrate + quantize", len(roles))
+    for role in roles:
+        if role not in paths:
+            continue
+        t0 = time.monotonic()
+        dst = os.path.join(work, f"{role}.qdq.onnx")
+        rbits = 8 if role == "lmhead" else bits
+        feeds = feeds_stream(make_loop, seqs, role, max_decode=96)
+        quantize(paths[role], dst, feeds, rbits, mixed and role != "lmhead")
+        quant = fixed_point_io(dst)
+        out[role] = (dst, "mixed" if mixed and role != "lmhead" else "quant", quant)
+        log(f"quantized {role} ({time.monotonic() - t0:.1f}s)")
+        tick()
+    if "lmhead" not in out:
+        out["lmhead"] = (paths["lmhead"], "fp16", {})
+    o.report["quantization"] = {
+        "weights": f"int{bits} symmetric per output channel (MatMul)",
+        "activations": "uint16 asymmetric (MinMax)",
+        "mixed_fp16": mixed,
+        "lmhead": "int8 per channel, uint16 activations" if bits == 4 else "fp16",
+        "calibration_sequences": len(seqs),
+    }
+    return out
+
+
 def manifest(
     ck: Checkpoint,
     o: HtpOptions,
@@ -159,10 +230,6 @@ def manifest(
 
 def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: Progress) -> list[str]:
     """Write the bundle under `root` (which exists: the staged DIR.partial); returns manifest paths."""
-    if o.precision != "fp16":
-        raise NotImplementedYet(
-            f"--precision {o.precision} is not implemented yet for --target htp (fp16 is)"
-        )
     if o.kv_dtype != "f16":
         raise NotImplementedYet(f"--kv-dtype {o.kv_dtype} is not implemented yet for --target htp")
     t0 = time.monotonic()
@@ -189,7 +256,8 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
     seqs = calib_ids(ck, o, 64)
     prescale, peak = norm_prescale(ck, seqs[:4])
     log(f"residual stream peak |x| {peak:.0f} over 4 calibration sequences: RMSNorm prescale {prescale:g}")
-    gopts = GraphOptions(quantized=False, prescale=prescale)
+    quantized = o.precision != "fp16"
+    gopts = GraphOptions(quantized=quantized, prescale=prescale)
     o.report["graph"] = {
         "norm_prescale": prescale,
         "residual_peak": peak,
@@ -201,7 +269,10 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
     n_roles = 2 + (o.prefill != "none")
     paths = build_graphs(ck, o, work, gopts, progress("build graphs", n_roles))
     o.report["stages"]["build_s"] = round(time.monotonic() - t0, 1)
+    to_compile: dict[str, tuple[str, str, dict[str, tuple[float, int]]]]
     to_compile = {r: (p, "fp16", {}) for r, p in paths.items()}
+    if quantized:
+        to_compile = quantize_graphs(ck, o, paths, seqs, peak, work, log, progress)
 
     emb = np.ascontiguousarray(ck.float32("token_embd.weight").astype("<f2"))
     tok = ck.tokenizer_json()
@@ -254,6 +325,97 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
     o.report["stages"]["compile_s"] = compile_s
     o.report["sizes"] = sizes
     o.report["stages"]["total_s"] = round(time.monotonic() - t0, 1)
+    o.report["decode_bytes"] = decode_bytes(ck, o)
     if not manifests:
         raise ExportError("no arch to write")
     return manifests
+
+
+# ---- the bundle says how it was made --------------------------------------------------------------
+
+
+def decode_bytes(ck: Checkpoint, o: HtpOptions) -> dict[str, int]:
+    """Bytes one decode step streams: layer weights, lm-head weights, and the K/V cache read."""
+    c = ck.config
+    wbits = {"fp16": 16, "w8a16": 8, "w4a16": 4}[o.precision]
+    hbits = 16 if o.precision != "w4a16" else 8
+    per_layer = c.hidden * (c.q_rows + 2 * c.kv_rows) + c.q_rows * c.hidden + 3 * c.hidden * c.ffn
+    kv = 2 * c.n_layers * o.ctx * c.kv_rows * 2
+    layers = c.n_layers * per_layer * wbits // 8
+    head = c.vocab * c.hidden * hbits // 8
+    return {"layer_weights": layers, "lmhead_weights": head, "kv_cache_read": kv, "total": layers + head + kv}
+
+
+def versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {"qhx-export": __version__, "qairt": qc.qnn_version()}
+    for pkg in ("onnxruntime", "onnxruntime-qnn", "onnx", "numpy", "gguf"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "-"
+    return out
+
+
+def write_report(root: str, manifests: list[str], o: HtpOptions) -> None:
+    """export-report.json and README.md at the bundle's top."""
+    r = o.report
+    r["versions"] = versions()
+    r["manifests"] = [os.path.relpath(m, root) for m in manifests]
+    with atomic_open(os.path.join(root, "export-report.json")) as f:
+        f.write(json.dumps(r, indent=2, ensure_ascii=False).encode("utf-8") + b"\n")
+    src = r.get("source", {})
+    opt = r.get("options", {})
+    lines = [
+        f"# {o.model_name or o.name}: qhx HTP bundle ({opt.get('precision')})",
+        "",
+        f"Written by qhx-export {__version__} from `{src.get('path')}` (sha256 `{src.get('sha256')}`).",
+        "",
+        "## Options",
+        "",
+        *[f"- {k}: {v}" for k, v in opt.items()],
+        "",
+        "## Files",
+        "",
+        "| file | bytes |",
+        "|---|---|",
+        *[f"| {k} | {v:,} |" for k, v in r.get("sizes", {}).items()],
+        "",
+    ]
+    db = r.get("decode_bytes")
+    if db:
+        lines += [
+            "## Bytes per decode token",
+            "",
+            f"Layer weights {db['layer_weights']:,}, lm-head {db['lmhead_weights']:,}, "
+            f"K/V cache read at full context {db['kv_cache_read']:,}: {db['total']:,} bytes.",
+            "",
+        ]
+    for where, v in r.get("verify", {}).items():
+        from qhx_export.verify.run import table
+
+        lines += [
+            f"## Verify ({where})",
+            "",
+            "qhx_generate on the x86 HTP *simulator*, teacher-forced on the float reference's greedy "
+            "continuation (the simulator's speed says nothing about a phone's).",
+            "",
+            "```",
+            table(v),
+            "```",
+            "",
+        ]
+    est = r.get("estimate")
+    if est:
+        lines += [
+            "## Estimates (Qualcomm's cost model, not a phone measurement)",
+            "",
+            "```",
+            json.dumps(est, indent=2),
+            "```",
+            "",
+        ]
+    lines += ["Versions: " + ", ".join(f"{k} {v}" for k, v in r["versions"].items()), ""]
+    with atomic_open(os.path.join(root, "README.md")) as f:
+        f.write("\n".join(lines).encode("utf-8"))
