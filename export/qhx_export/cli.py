@@ -104,6 +104,12 @@ def parser() -> argparse.ArgumentParser:
         help="run the bundle with qhx_generate on the HTP simulator against the float reference "
         "(teacher-forced top-1 agreement; exit 4 below fp16 98%%, w8a16 95%%, w4a16 85%%)",
     )
+    htp.add_argument(
+        "--estimate",
+        action="store_true",
+        help="Qualcomm's cost model (Hextimate, soc_model 72, v81-class) per graph: decode ms/token and "
+        "prefill tok/s estimates (not phone measurements)",
+    )
     htp.add_argument("--verify-tokens", type=int, default=16, metavar="N", help="steps per prompt (16)")
     htp.add_argument(
         "--no-ort-check",
@@ -187,8 +193,6 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
     ):
         if val:
             raise ExportError(f"{opt} is an option of --target emu")
-    if a.format != "qhx":
-        raise NotImplementedYet(f"--format {a.format} is not implemented yet for --target htp (qhx only)")
     name = a.name or _name(ck.default_name())
     o = HtpOptions(
         name=name,
@@ -202,6 +206,8 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
         kv_dtype=a.kv_dtype,
         calib=a.calib,
         keep_onnx=a.keep_onnx,
+        estimate=a.estimate,
+        fmt=a.format,
         model_name=a.model_name,
     )
     from qhx_export.compile.htp import stdout_to_stderr
@@ -214,7 +220,7 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
 
             o.report["verify"] = {}
             for p in paths:
-                where = os.path.relpath(os.path.dirname(p), tmp) or "."
+                where = os.path.relpath(p, tmp)
                 log(f"verify {where}: qhx_generate on the HTP simulator, {a.verify_tokens} steps x 2 prompts")
                 t1 = time.monotonic()
                 res = verify(ck, p, o.precision, a.verify_tokens, with_ort=not a.no_ort_check)

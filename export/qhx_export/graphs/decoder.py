@@ -93,10 +93,69 @@ def _finish(b: Builder, spec: dict[str, Any], props: dict[str, str]) -> onnx.Mod
     return m
 
 
+def decoder_layer(
+    b: Builder,
+    c: Config,
+    w: WeightFn,
+    i: int,
+    x: str,
+    R: int,
+    cos: str,
+    sin: str,
+    o: GraphOptions,
+    past: tuple[str, str, int] | None,
+    mask_past: Callable[[str], str],
+    mask_self: Callable[[str], str],
+) -> tuple[str, str, str]:
+    """One pre-norm decoder layer over R rows x [R, H]: (x out, this step's K [R, n_kv, Dh] after
+    RoPE, V [R, n_kv, Dh]). `past` = (K^T [n_kv, 1, Dh, C], V [n_kv, 1, C, Dh], C) of the cache;
+    cos/sin [R, 1, Dh] (rotate-half, each frequency twice); mask_* turn raw scores into masked ones."""
+    Dh, nh, nkv = c.head_dim, c.n_heads, c.n_kv_heads
+    g_ = nh // nkv
+    qscale = np.float32(1.0 / math.sqrt(Dh)) if o.fold_q_scale else np.float32(1.0)
+    p = f"blk.{i}."
+    n = b.rmsnorm(x, w(p + "attn_norm.weight"), c.rms_eps, o.prescale)
+    qw, qb = w(p + "attn_q.weight"), w(p + "attn_q.bias") if c.qkv_bias else None
+    if not c.qk_norm:  # fold the score scale into q (RoPE is linear)
+        qw = qw * qscale
+        qb = qb * qscale if qb is not None else None
+    q = b.reshape(b.linear(n, qw, qb), [R, nh, Dh])
+    k = b.reshape(
+        b.linear(n, w(p + "attn_k.weight"), w(p + "attn_k.bias") if c.qkv_bias else None), [R, nkv, Dh]
+    )
+    v = b.reshape(
+        b.linear(n, w(p + "attn_v.weight"), w(p + "attn_v.bias") if c.qkv_bias else None), [R, nkv, Dh]
+    )
+    if c.qk_norm:  # Qwen3: per-head RMSNorm of q and k before RoPE; the q scale goes in its weight
+        q = b.rmsnorm(q, w(p + "attn_q_norm.weight") * qscale, c.rms_eps, mixed=False)
+        k = b.rmsnorm(k, w(p + "attn_k_norm.weight"), c.rms_eps, mixed=False)
+    q = b.rope(q, cos, sin, Dh)
+    k = b.rope(k, cos, sin, Dh)
+    qg = b.reshape(b.transpose(q, [1, 0, 2]), [nkv, g_, R, Dh])
+    k_self = b.reshape(b.transpose(k, [1, 2, 0]), [nkv, 1, Dh, R])
+    v_self = b.reshape(b.transpose(v, [1, 0, 2]), [nkv, 1, R, Dh])
+    s_self = mask_self(b.op("MatMul", [qg, k_self]))
+    if past is not None:
+        kp, vp, C = past
+        s_past = mask_past(b.op("MatMul", [qg, kp]))
+        pr = b.op("Softmax", [b.op("Concat", [s_past, s_self], axis=-1)], axis=-1)
+        p_past, p_self = b.split(pr, [C, R], axis=-1)
+        o_ = b.op("Add", [b.op("MatMul", [p_past, vp]), b.op("MatMul", [p_self, v_self])])
+    else:
+        o_ = b.op("MatMul", [b.op("Softmax", [s_self], axis=-1), v_self])
+    o_ = b.reshape(b.transpose(b.reshape(o_, [nh, R, Dh]), [1, 0, 2]), [R, c.q_rows])
+    x = b.residual(x, b.linear(o_, w(p + "attn_output.weight")))
+    n = b.rmsnorm(x, w(p + "ffn_norm.weight"), c.rms_eps, o.prescale)
+    gate = b.linear(n, w(p + "ffn_gate.weight"))
+    up = b.linear(n, w(p + "ffn_up.weight"))
+    act = b.op("Mul", [b.op("Mul", [gate, b.op("Sigmoid", [gate])]), up])
+    x = b.residual(x, b.linear(act, w(p + "ffn_down.weight")))
+    return x, k, v
+
+
 def layer_graph(c: Config, w: WeightFn, spec: dict[str, Any], o: GraphOptions) -> onnx.ModelProto:
     """A prefill or decode graph for one spec of `specs`."""
-    H, Dh, L, nh, nkv = c.hidden, c.head_dim, c.n_layers, c.n_heads, c.n_kv_heads
-    g_ = nh // nkv
+    H, Dh, L, nkv = c.hidden, c.head_dim, c.n_layers, c.n_kv_heads
     R, C = spec["seq"], spec["ctx"]
     decode = spec["kind"] == "decode"
     has_past = decode or any(t["name"].startswith("past_") for t in spec["inputs"])
@@ -129,33 +188,9 @@ def layer_graph(c: Config, w: WeightFn, spec: dict[str, Any], o: GraphOptions) -
             return b.op("Where", [b.op("Less", [m, neg1]), floor, s])
         return b.op("Add", [s, m])
 
-    qscale = np.float32(1.0 / math.sqrt(Dh)) if o.fold_q_scale else np.float32(1.0)
     out_dims = {t["name"]: t["dims"] for t in spec["outputs"]}
     for i in range(L):
-        p = f"blk.{i}."
-        n = b.rmsnorm(x, w(p + "attn_norm.weight"), c.rms_eps, o.prescale)
-        qw, qb = w(p + "attn_q.weight"), w(p + "attn_q.bias") if c.qkv_bias else None
-        if not c.qk_norm:  # fold the score scale into q (RoPE is linear)
-            qw = qw * qscale
-            qb = qb * qscale if qb is not None else None
-        q = b.reshape(b.linear(n, qw, qb), [R, nh, Dh])
-        k = b.reshape(
-            b.linear(n, w(p + "attn_k.weight"), w(p + "attn_k.bias") if c.qkv_bias else None), [R, nkv, Dh]
-        )
-        v = b.reshape(
-            b.linear(n, w(p + "attn_v.weight"), w(p + "attn_v.bias") if c.qkv_bias else None), [R, nkv, Dh]
-        )
-        if c.qk_norm:  # Qwen3: per-head RMSNorm of q and k before RoPE; the q scale goes in its weight
-            q = b.rmsnorm(q, w(p + "attn_q_norm.weight") * qscale, c.rms_eps, mixed=False)
-            k = b.rmsnorm(k, w(p + "attn_k_norm.weight"), c.rms_eps, mixed=False)
-        q = b.rope(q, cos, sin, Dh)
-        k = b.rope(k, cos, sin, Dh)
-        b.reshape(k, out_dims[f"new_k_{i}"], out=f"new_k_{i}")
-        b.reshape(v, out_dims[f"new_v_{i}"], out=f"new_v_{i}")
-        qg = b.reshape(b.transpose(q, [1, 0, 2]), [nkv, g_, R, Dh])
-        k_self = b.reshape(b.transpose(k, [1, 2, 0]), [nkv, 1, Dh, R])
-        v_self = b.reshape(b.transpose(v, [1, 0, 2]), [nkv, 1, R, Dh])
-        s_self = masked(b.op("MatMul", [qg, k_self]), m_self)
+        past = None
         if has_past:
             kp = b.reshape(
                 b.transpose(b.reshape(inp(f"past_k_{i}"), [C, nkv, Dh]), [1, 2, 0]), [nkv, 1, Dh, C]
@@ -163,19 +198,12 @@ def layer_graph(c: Config, w: WeightFn, spec: dict[str, Any], o: GraphOptions) -
             vp = b.reshape(
                 b.transpose(b.reshape(inp(f"past_v_{i}"), [C, nkv, Dh]), [1, 0, 2]), [nkv, 1, C, Dh]
             )
-            s_past = masked(b.op("MatMul", [qg, kp]), m_past)
-            pr = b.op("Softmax", [b.op("Concat", [s_past, s_self], axis=-1)], axis=-1)
-            p_past, p_self = b.split(pr, [C, R], axis=-1)
-            o_ = b.op("Add", [b.op("MatMul", [p_past, vp]), b.op("MatMul", [p_self, v_self])])
-        else:
-            o_ = b.op("MatMul", [b.op("Softmax", [s_self], axis=-1), v_self])
-        o_ = b.reshape(b.transpose(b.reshape(o_, [nh, R, Dh]), [1, 0, 2]), [R, c.q_rows])
-        x = b.residual(x, b.linear(o_, w(p + "attn_output.weight")))
-        n = b.rmsnorm(x, w(p + "ffn_norm.weight"), c.rms_eps, o.prescale)
-        gate = b.linear(n, w(p + "ffn_gate.weight"))
-        up = b.linear(n, w(p + "ffn_up.weight"))
-        act = b.op("Mul", [b.op("Mul", [gate, b.op("Sigmoid", [gate])]), up])
-        x = b.residual(x, b.linear(act, w(p + "ffn_down.weight")))
+            past = (kp, vp, C)
+        x, k, v = decoder_layer(
+            b, c, w, i, x, R, cos, sin, o, past, lambda s: masked(s, m_past), lambda s: masked(s, m_self)
+        )
+        b.reshape(k, out_dims[f"new_k_{i}"], out=f"new_k_{i}")
+        b.reshape(v, out_dims[f"new_v_{i}"], out=f"new_v_{i}")
     layer_float = list(b.float_nodes)  # the final norm (if in-graph) stays quantized: it makes y
     if spec.get("final_norm"):
         x = b.rmsnorm(x, w("output_norm.weight"), c.rms_eps, o.prescale, mixed=False)

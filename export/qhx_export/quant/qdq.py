@@ -15,7 +15,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -66,15 +68,6 @@ def feeds_stream(
             captured.clear()
 
 
-class _Reader:
-    def __init__(self, it: Iterator[Feeds], inputs: set[str]) -> None:
-        self.it, self.inputs = it, inputs
-
-    def get_next(self) -> Feeds | None:
-        f = next(self.it, None)
-        return None if f is None else {k: v for k, v in f.items() if k in self.inputs}
-
-
 def minmax(src: str, feeds: Iterator[Feeds]) -> tuple[dict[str, tuple[float, float]], Feeds | None]:
     """Streaming MinMax calibration: the range of every float tensor of `src` over `feeds`
     (onnxruntime's calibrator keeps every execute's outputs, or with CalibMaxIntermediateOutputs
@@ -117,15 +110,14 @@ def minmax(src: str, feeds: Iterator[Feeds]) -> tuple[dict[str, tuple[float, flo
 def quantize(src: str, dst: str, feeds: Iterator[Feeds], weight_bits: int, mixed: bool) -> None:
     """QDQ-quantize the float graph `src` into `dst` (uint16 activations, per-channel weights)."""
     import onnx
-    from onnxruntime.quantization import QuantType
-    from onnxruntime.quantization import quantize as ort_quantize
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.calibrate import TensorData, TensorsData, save_tensors_data
     from onnxruntime.quantization.execution_providers.qnn import get_qnn_qdq_config
 
     m = onnx.load(src, load_external_data=False)
     props = {p.key: p.value for p in m.metadata_props}
     weights = json.loads(props.get(WEIGHTS_KEY, "[]"))
     exclude = json.loads(props.get(FLOAT_NODES_KEY, "[]")) if mixed else []
-    inputs = {i.name for i in m.graph.input}
     # A tensor between float nodes only must get no range override: ORT would quantize it
     ex = set(exclude)
     made_by = {o: n.name for n in m.graph.node for o in n.output}
@@ -145,20 +137,68 @@ def quantize(src: str, dst: str, feeds: Iterator[Feeds], weight_bits: int, mixed
     if first is None:
         raise ExportError(f"{src}: no calibration data (the calibration sequences are too short)")
     overrides: dict[str, list[dict[str, Any]]] = {
-        t: [{"rmin": np.float32(lo), "rmax": np.float32(hi)}]
-        for t, (lo, hi) in ranges.items()
-        if t not in inner
+        w: [{"axis": 1, "quant_type": wtype, "symmetric": True}] for w in weights
     }
-    overrides.update({w: [{"axis": 1, "quant_type": wtype, "symmetric": True}] for w in weights})
     cfg = get_qnn_qdq_config(
         src,
-        _Reader(iter([first]), inputs),  # type: ignore[arg-type]  # ranges come from the overrides
+        None,  # type: ignore[arg-type]  # ranges come from the calibration cache below
         activation_type=QuantType.QUInt16,
         weight_type=QuantType.QUInt8,
         init_overrides=overrides,
         nodes_to_exclude=exclude,
     )
-    ort_quantize(src, dst, cfg)
+    # onnxruntime's own calibrator would augment the graph again (quadratic in its size): hand
+    # the quantizer our ranges as its calibration cache instead
+    cache = dst + ".ranges.json"
+    data = {
+        t: TensorData(lowest=np.float32(lo), highest=np.float32(hi))
+        for t, (lo, hi) in ranges.items()
+        if t not in inner
+    }
+    save_tensors_data(TensorsData(CalibrationMethod.MinMax, data), cache)
+    try:
+        with _fast_rewiring():
+            quantize_static(
+                src,
+                dst,
+                None,
+                calibration_cache_path=cache,
+                quant_format=QuantFormat.QDQ,
+                activation_type=cfg.activation_type,
+                weight_type=cfg.weight_type,
+                op_types_to_quantize=cfg.op_types_to_quantize,
+                nodes_to_exclude=cfg.nodes_to_exclude,
+                per_channel=cfg.per_channel,
+                calibrate_method=CalibrationMethod.MinMax,
+                use_external_data_format=cfg.use_external_data_format,
+                extra_options=cfg.extra_options,
+            )
+    finally:
+        os.unlink(cache)
+
+
+@contextlib.contextmanager
+def _fast_rewiring() -> Iterator[None]:
+    """onnxruntime's QDQ quantizer rewires each quantized tensor's consumers by visiting every
+    input of every node in Python (quadratic: minutes for a 30-layer graph). While it runs, the
+    same rewiring skips nodes that do not read the tensor (a C-level membership test)."""
+    from onnxruntime.quantization.onnx_model import ONNXModel
+
+    orig = getattr(ONNXModel, "replace_input_of_all_nodes", None)
+    if orig is None:
+        yield
+        return
+
+    def fast(self: Any, old: str, new: str) -> None:
+        for node in self.model.graph.node:
+            if old in node.input:
+                ONNXModel.replace_node_input(node, old, new)
+
+    ONNXModel.replace_input_of_all_nodes = fast  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ONNXModel.replace_input_of_all_nodes = orig  # type: ignore[method-assign]
 
 
 def _rename(nodes: Any, field: str, old: str, new: str) -> None:

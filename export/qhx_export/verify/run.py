@@ -143,14 +143,17 @@ def verify(
     from qhx_export.quant.corpus import tokenize
 
     binary = find_qhx_generate()
+    with open(manifest, encoding="utf-8") as f:
+        desc = json.load(f)
+    genie = "dialog" in desc  # a genie_config.json: qhx_generate runs it; the ORT loop does not
+    ctx = int(desc["dialog"]["context"]["size"] if genie else desc["params"]["max_ctx"])
     tok = ck.tokenizer_json()
     rows = []
     loop = None
-    if with_ort:
+    if with_ort and not genie:
         from qhx_export.verify.loop import load_bundle
 
         loop = load_bundle(manifest)
-    ctx = int(json.load(open(manifest, encoding="utf-8"))["params"]["max_ctx"])
     for p in prompts:
         (ids,) = tokenize([p], tok, ck.bos_token_id(), 10_000)
         n = min(n_tokens, ctx - len(ids))  # the last step's logits come from slot C - 1

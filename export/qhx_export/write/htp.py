@@ -47,6 +47,8 @@ class HtpOptions:
     kv_dtype: str = "f16"
     calib: str | None = None
     keep_onnx: bool = False
+    estimate: bool = False
+    fmt: str = "qhx"  # qhx | genie | both
     model_name: str | None = None
     report: dict[str, Any] = field(default_factory=dict)  # filled while writing
 
@@ -99,6 +101,10 @@ def build_graphs(
     return paths
 
 
+# qhx_generate's manifest validator knows "llama" and "qwen2" (the name is only displayed: the
+# host work of a real bundle is the same for every family, QK-norm lives in the graphs); a Qwen3
+# bundle says "qwen2" there and "qwen3" in source.family
+HOST_ARCH = {"qwen3": "qwen2"}
 MIXED_PEAK = 1024.0  # a residual stream wider than this keeps its adds and norms in fp16
 Compiled = dict[str, tuple[str, str, dict[str, tuple[float, int]]]]
 
@@ -208,7 +214,7 @@ def manifest(
         "model": {
             "name": o.model_name or ck.default_name(),
             "family": "llm",
-            "arch": ck.family.name,
+            "arch": HOST_ARCH.get(ck.family.name, ck.family.name),
             "dsp_arch": arch,
             "soc_model": soc_for(o, arch),
             "n_params": ck.n_params(),
@@ -230,6 +236,10 @@ def manifest(
 
 def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: Progress) -> list[str]:
     """Write the bundle under `root` (which exists: the staged DIR.partial); returns manifest paths."""
+    if o.fmt != "qhx" and o.precision != "fp16":
+        raise NotImplementedYet(
+            f"--format {o.fmt} with --precision {o.precision} (Genie bundles: fp16 only so far)"
+        )
     if o.kv_dtype != "f16":
         raise NotImplementedYet(f"--kv-dtype {o.kv_dtype} is not implemented yet for --target htp")
     t0 = time.monotonic()
@@ -267,20 +277,43 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
     work = os.path.join(root, ".work")
     os.makedirs(work, exist_ok=True)
     n_roles = 2 + (o.prefill != "none")
-    paths = build_graphs(ck, o, work, gopts, progress("build graphs", n_roles))
+    paths = build_graphs(ck, o, work, gopts, progress("build graphs", n_roles)) if o.fmt != "genie" else {}
     o.report["stages"]["build_s"] = round(time.monotonic() - t0, 1)
     to_compile: dict[str, tuple[str, str, dict[str, tuple[float, int]]]]
     to_compile = {r: (p, "fp16", {}) for r, p in paths.items()}
-    if quantized:
+    if quantized and paths:
         to_compile = quantize_graphs(ck, o, paths, seqs, peak, work, log, progress)
+
+    if o.estimate and to_compile:
+        from qhx_export.compile.estimate import estimate_graph, summarize
+
+        per: dict[str, dict[str, Any]] = {}
+        tick = progress("estimate (Hextimate, soc 72)", len(to_compile))
+        for role, (pth, mode, _) in to_compile.items():
+            t1 = time.monotonic()
+            per[role] = estimate_graph(pth, mode, work, role)
+            log(f"estimate {role}: {per[role]} ({time.monotonic() - t1:.1f}s)")
+            tick()
+        o.report["estimate"] = summarize(per, decode_bytes(ck, o), o.ar)
 
     emb = np.ascontiguousarray(ck.float32("token_embd.weight").astype("<f2"))
     tok = ck.tokenizer_json()
     manifests, compile_s, sizes = [], {}, {}
+    genie_paths = []
     for arch in o.arches:
         out = os.path.join(root, arch) if o.per_arch_dirs else root
         os.makedirs(out, exist_ok=True)
         soc = soc_for(o, arch)
+        if o.fmt in ("genie", "both"):
+            from qhx_export.write.genie import write_genie
+
+            cfg, gsizes = write_genie(
+                ck, out, arch, soc, o.name, o.ar, o.ctx, prescale, o.precision, work, log
+            )
+            genie_paths.append(cfg)
+            sizes.update({f"{arch}/{k}": v for k, v in gsizes.items()})
+            if o.fmt == "genie":
+                continue
         modes = {m for _, m, _ in to_compile.values()}
         real: dict[str, Any] = {
             "backend": f"QNN HTP (onnxruntime-qnn, QAIRT {qc.qnn_version()})",
@@ -321,6 +354,7 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
         with atomic_open(mpath) as f:
             f.write(json.dumps(man, indent=2, ensure_ascii=False).encode("utf-8") + b"\n")
         manifests.append(mpath)
+    manifests += genie_paths
     shutil.rmtree(work, ignore_errors=True)
     o.report["stages"]["compile_s"] = compile_s
     o.report["sizes"] = sizes
