@@ -111,3 +111,52 @@ def test_smollm2(tmp_path: Path, capsys: pytest.CaptureFixture[str], arch: str, 
     (res,) = rep["verify"].values()
     assert all(r["ort_equal"] for r in res["rows"]), res
     assert rc == 0, err
+
+
+def test_genie_format(
+    tmp_path: Path, tiny_gguf: Callable[..., Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--format both: the qhx manifest and genie_config.json in one directory; qhx_generate runs the
+    Genie bundle (--verify), and Qualcomm's libGenie.so gives the same greedy ids."""
+    qhx_generate()
+    path = tiny_gguf("llama", name="tiny.gguf")
+    out = tmp_path / "b"
+    args = [str(path), "-o", str(out), "--arch", "v79", "--ar", "4", "--ctx", "32", "--format", "both"]
+    rc, lines, err = export([*args, "--verify", "--verify-tokens", "6"], capsys)
+    assert rc == 0, err
+    assert [Path(p).name for p in lines] == ["tiny.json", "genie_config.json"]
+    cfg = json.loads((out / "genie_config.json").read_text())
+    bins = cfg["dialog"]["engine"]["model"]["binary"]["ctx-bins"]
+    assert bins == ["tiny_prompt_ar4_cl32_1_of_1_qnn.bin", "tiny_token_ar1_cl32_1_of_1_qnn.bin"]
+    rep = json.loads((out / "export-report.json").read_text())
+    rows = rep["verify"]["genie_config.json"]["rows"]
+    runner = Path(__file__).resolve().parents[2] / "scripts" / "genie_run.py"
+    if not runner.exists():
+        return
+    import sys
+
+    from qhx_export.quant.corpus import tokenize
+    from qhx_export.read import open_checkpoint
+    from qhx_export.verify.run import qnn_libdir, run_qhx
+
+    ck = open_checkpoint(str(path))
+    (ids,) = tokenize([rows[0]["prompt"]], ck.tokenizer_json(), ck.bos_token_id(), 99)
+    qhx = run_qhx(qhx_generate(), str(out / "genie_config.json"), ids, 6, None)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(runner),
+            str(out / "genie_config.json"),
+            "6",
+            "--lib-dir",
+            qnn_libdir(),
+            "--ids",
+            ",".join(map(str, ids)),
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, LD_LIBRARY_PATH=qnn_libdir()),
+    )
+    assert r.returncode == 0, r.stderr[-500:]
+    doc, _ = json.JSONDecoder().raw_decode(r.stdout)
+    assert doc["runs"][0]["output_ids"] == qhx

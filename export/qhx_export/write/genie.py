@@ -78,8 +78,7 @@ def genie_config(ck: Checkpoint, ctx: int, bins: list[str]) -> dict[str, Any]:
         }
     context: dict[str, Any] = {"version": 1, "size": ctx, "n-vocab": c.vocab}
     bos = ck.bos_token_id()
-    if bos is not None:
-        context["bos-token"] = bos
+    context["bos-token"] = bos if bos is not None else -1  # required by Genie's schema; -1: none
     if eos is not None:
         context["eos-token"] = eos
     return {
