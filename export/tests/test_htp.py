@@ -160,3 +160,44 @@ def test_genie_format(
     assert r.returncode == 0, r.stderr[-500:]
     doc, _ = json.JSONDecoder().raw_decode(r.stdout)
     assert doc["runs"][0]["output_ids"] == qhx
+
+
+def test_w4a16_u8_kv(
+    tmp_path: Path, tiny_gguf: Callable[..., Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """w4a16 (int4 per-channel layers, int8 per-channel lm-head) with --kv-dtype u8: everything on
+    the HTP (CPU fallback is disabled at compile), the K/V I/O uint8 with each layer's cache input
+    and new rows on one scale/offset in every graph, ids equal to the ORT loop."""
+    binary = qhx_generate()
+    path = tiny_gguf("qwen2", name="tiny.gguf")
+    out = tmp_path / "b"
+    args = [str(path), "-o", str(out), "--arch", "v75", "--precision", "w4a16", "--kv-dtype", "u8"]
+    rc, _, err = export([*args, "--ar", "4", "--ctx", "48", "--verify", "--verify-tokens", "6"], capsys)
+    assert rc in (0, 4), err  # random tiny weights: the threshold is for real ones
+    rep = json.loads((out / "export-report.json").read_text())
+    (res,) = rep["verify"].values()
+    assert all(r["ort_equal"] for r in res["rows"]), res
+    from qhx_export.verify.run import qnn_libdir
+
+    inspect = Path(binary).parent / "qhx_inspect"
+    if not inspect.exists():
+        return
+    bins = [str(out / f"tiny_{r}_qnn.bin") for r in ("prefill", "decode", "lmhead")]
+    r = subprocess.run(
+        [str(inspect), "--json", "-", str(Path(qnn_libdir()) / "libQnnSystem.so"), *bins],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, LD_LIBRARY_PATH=qnn_libdir()),
+    )
+    doc, _ = json.JSONDecoder().raw_decode(r.stdout)
+    params: dict[str, set[tuple[str, float, int]]] = {}
+    for b in doc["binaries"]:
+        for t in b["graphs"][0]["inputs"] + b["graphs"][0]["outputs"]:
+            if t["name"].startswith(("past_", "new_")):
+                key = t["name"].split("_", 1)[1]
+                params.setdefault(key, set()).add((t["dtype"], t["quant"]["scale"], t["quant"]["offset"]))
+            if t["name"] in ("hidden", "logits"):
+                assert t["dtype"] == "UFIXED_POINT_16"
+    assert params and all(len(v) == 1 and next(iter(v))[0] == "UFIXED_POINT_8" for v in params.values()), (
+        params
+    )

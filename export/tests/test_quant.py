@@ -15,7 +15,7 @@ from qhx_export import ExportError
 from qhx_export.graphs import GraphOptions, layer_graph, save, specs
 from qhx_export.graphs.decoder import FLOAT_NODES_KEY
 from qhx_export.quant import corpus
-from qhx_export.quant.qdq import CALIB_MASK, feeds_stream, fixed_point_io, quantize
+from qhx_export.quant.qdq import CALIB_MASK, feeds_stream, fixed_point_io, minmax, quantize
 from qhx_export.verify.loop import Loop, cpu_graph
 
 from .conftest import tiny_config, tiny_weights
@@ -65,7 +65,8 @@ def test_per_channel_qdq(tmp_path: Path, bits: int) -> None:
     rng = np.random.default_rng(0)
     seqs = [list(rng.integers(0, c.vocab, 12)) for _ in range(6)]
     dst = str(tmp_path / "decode.qdq.onnx")
-    quantize(paths["decode"], dst, feeds_stream(lambda: _loop(c, paths, w), seqs, "decode", 40), bits, True)
+    ranges, _ = minmax(paths["decode"], feeds_stream(lambda: _loop(c, paths, w), seqs, "decode", 40))
+    quantize(paths["decode"], dst, ranges, bits, True)
     m = onnx.load(dst)
     inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
     mm_weights = 0
@@ -109,7 +110,8 @@ def test_quantized_decode_tracks_float(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
     seqs = [list(rng.integers(0, c.vocab, 16)) for _ in range(8)]
     dst = str(tmp_path / "decode.qdq.onnx")
-    quantize(paths["decode"], dst, feeds_stream(lambda: _loop(c, paths, w), seqs, "decode", 100), 8, False)
+    ranges, _ = minmax(paths["decode"], feeds_stream(lambda: _loop(c, paths, w), seqs, "decode", 100))
+    quantize(paths["decode"], dst, ranges, 8, False)
     quant = fixed_point_io(dst)
     from qhx_export.verify.loop import Graph
 

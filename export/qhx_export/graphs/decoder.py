@@ -202,8 +202,13 @@ def layer_graph(c: Config, w: WeightFn, spec: dict[str, Any], o: GraphOptions) -
         x, k, v = decoder_layer(
             b, c, w, i, x, R, cos, sin, o, past, lambda s: masked(s, m_past), lambda s: masked(s, m_self)
         )
-        b.reshape(k, out_dims[f"new_k_{i}"], out=f"new_k_{i}")
-        b.reshape(v, out_dims[f"new_v_{i}"], out=f"new_v_{i}")
+        for kind, t in (("k", k), ("v", v)):
+            nm = f"new_{kind}_{i}"
+            if o.quantized:  # a Mul by 1 gives the output a quantizer of its own (a Reshape would
+                # share its producer's), so a tied K/V range override holds
+                b.op("Mul", [b.reshape(t, out_dims[nm]), one], out=nm)
+            else:
+                b.reshape(t, out_dims[nm], out=nm)
     layer_float = list(b.float_nodes)  # the final norm (if in-graph) stays quantized: it makes y
     if spec.get("final_norm"):
         x = b.rmsnorm(x, w("output_norm.weight"), c.rms_eps, o.prescale, mixed=False)
@@ -214,11 +219,18 @@ def layer_graph(c: Config, w: WeightFn, spec: dict[str, Any], o: GraphOptions) -
 def lmhead_graph(c: Config, w: WeightFn, spec: dict[str, Any], o: GraphOptions) -> onnx.ModelProto:
     """hidden [H] -> (final RMSNorm unless the layer graphs apply it) -> logits [V], on the NPU."""
     b = Builder()
-    x = b.reshape(spec["inputs"][0]["name"], [1, c.hidden])
+    name_in, name_out = spec["inputs"][0]["name"], spec["outputs"][0]["name"]
+    one = b.const(np.float32(1.0))
+    # quantized: a Mul by 1 on each side gives the graph I/O one quantizer each (fixed-point I/O)
+    x = b.reshape(b.op("Mul", [name_in, one]) if o.quantized else name_in, [1, c.hidden])
     if spec.get("norm", True):
         x = b.rmsnorm(x, w("output_norm.weight"), c.rms_eps, o.prescale, mixed=False)
     head = w("token_embd.weight") if c.tied else w("output.weight")
-    b.reshape(b.linear(x, head), [c.vocab], out=spec["outputs"][0]["name"])
+    y = b.linear(x, head)
+    if o.quantized:
+        b.op("Mul", [b.reshape(y, [c.vocab]), one], out=name_out)
+    else:
+        b.reshape(y, [c.vocab], out=name_out)
     return _finish(b, spec, {})
 
 

@@ -107,7 +107,27 @@ def minmax(src: str, feeds: Iterator[Feeds]) -> tuple[dict[str, tuple[float, flo
     return {k: (lo[k], hi[k]) for k in lo}, first
 
 
-def quantize(src: str, dst: str, feeds: Iterator[Feeds], weight_bits: int, mixed: bool) -> None:
+def tied_kv_ranges(all_ranges: list[dict[str, tuple[float, float]]]) -> dict[str, tuple[float, float]]:
+    """{"k_3": (lo, hi)}: each layer's K (V) range over the cache inputs and new rows of every graph."""
+    out: dict[str, tuple[float, float]] = {}
+    for ranges in all_ranges:
+        for t, (a, b) in ranges.items():
+            if t.startswith(("past_", "new_")):
+                key = t.removeprefix("past_").removeprefix("new_")
+                lo, hi = out.get(key, (0.0, 0.0))
+                out[key] = (min(lo, a), max(hi, b))
+    return out
+
+
+def quantize(
+    src: str,
+    dst: str,
+    ranges: dict[str, tuple[float, float]],
+    weight_bits: int,
+    mixed: bool,
+    kv_u8: bool = False,
+    kv_ranges: dict[str, tuple[float, float]] | None = None,
+) -> None:
     """QDQ-quantize the float graph `src` into `dst` (uint16 activations, per-channel weights)."""
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
@@ -133,12 +153,18 @@ def quantize(src: str, dst: str, feeds: Iterator[Feeds], weight_bits: int, mixed
     }
     del m
     wtype = {8: QuantType.QInt8, 4: QuantType.QInt4}[weight_bits]
-    ranges, first = minmax(src, feeds)
-    if first is None:
+    if not ranges:
         raise ExportError(f"{src}: no calibration data (the calibration sequences are too short)")
     overrides: dict[str, list[dict[str, Any]]] = {
         w: [{"axis": 1, "quant_type": wtype, "symmetric": True}] for w in weights
     }
+    if kv_u8:
+        # uint8 K/V I/O. A layer's cache input and its new rows share one range (tied);
+        # `kv_ranges` (tied_kv_ranges over every graph) ties them across graphs too.
+        shared = kv_ranges if kv_ranges is not None else tied_kv_ranges([ranges])
+        for t in [t for t in ranges if t.startswith(("past_", "new_"))]:
+            lo, hi = shared[t.removeprefix("past_").removeprefix("new_")]
+            overrides[t] = [{"quant_type": QuantType.QUInt8, "rmin": np.float32(lo), "rmax": np.float32(hi)}]
     cfg = get_qnn_qdq_config(
         src,
         None,  # type: ignore[arg-type]  # ranges come from the calibration cache below

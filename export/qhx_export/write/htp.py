@@ -120,7 +120,14 @@ def quantize_graphs(
     progress: Progress,
 ) -> Compiled:
     """Calibrate and QDQ-quantize: {role: (path, qnn mode, fixed-point I/O params)}."""
-    from qhx_export.quant.qdq import CALIB_MASK, feeds_stream, fixed_point_io, quantize
+    from qhx_export.quant.qdq import (
+        CALIB_MASK,
+        feeds_stream,
+        fixed_point_io,
+        minmax,
+        quantize,
+        tied_kv_ranges,
+    )
     from qhx_export.verify.loop import Loop, cpu_graph
 
     c = ck.config
@@ -149,17 +156,24 @@ def quantize_graphs(
 
     # w4a16: the lm-head too, with int8 per-channel weights (4-bit logits lose too much);
     # w8a16 keeps an fp16 lm-head
-    roles = ["prefill", "decode"] + (["lmhead"] if bits == 4 else [])
-    out: Compiled = {}
-    tick = progress("calibrate + quantize", len(roles))
+    roles = [r for r in ("prefill", "decode") if r in paths] + (["lmhead"] if bits == 4 else [])
+    ranges = {}
+    tick = progress("calibrate", len(roles))
     for role in roles:
-        if role not in paths:
-            continue
+        t0 = time.monotonic()
+        ranges[role], _ = minmax(paths[role], feeds_stream(make_loop, seqs, role, max_decode=96))
+        log(f"calibrated {role} ({time.monotonic() - t0:.1f}s)")
+        tick()
+    kv_ranges = tied_kv_ranges([ranges[r] for r in roles if r != "lmhead"])
+    out: Compiled = {}
+    tick = progress("quantize", len(roles))
+    for role in roles:
         t0 = time.monotonic()
         dst = os.path.join(work, f"{role}.qdq.onnx")
         rbits = 8 if role == "lmhead" else bits
-        feeds = feeds_stream(make_loop, seqs, role, max_decode=96)
-        quantize(paths[role], dst, feeds, rbits, mixed and role != "lmhead")
+        quantize(
+            paths[role], dst, ranges[role], rbits, mixed and role != "lmhead", o.kv_dtype == "u8", kv_ranges
+        )
         quant = fixed_point_io(dst)
         out[role] = (dst, "mixed" if mixed and role != "lmhead" else "quant", quant)
         log(f"quantized {role} ({time.monotonic() - t0:.1f}s)")
@@ -171,6 +185,7 @@ def quantize_graphs(
         "activations": "uint16 asymmetric (MinMax)",
         "mixed_fp16": mixed,
         "lmhead": "int8 per channel, uint16 activations" if bits == 4 else "fp16",
+        "kv_cache": "uint8, input and output ranges tied per layer" if o.kv_dtype == "u8" else "uint16",
         "calibration_sequences": len(seqs),
     }
     return out
@@ -240,8 +255,8 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
         raise NotImplementedYet(
             f"--format {o.fmt} with --precision {o.precision} (Genie bundles: fp16 only so far)"
         )
-    if o.kv_dtype != "f16":
-        raise NotImplementedYet(f"--kv-dtype {o.kv_dtype} is not implemented yet for --target htp")
+    if o.kv_dtype == "u8" and o.precision == "fp16":
+        raise ExportError("--kv-dtype u8 needs a quantized --precision (w8a16 or w4a16)")
     t0 = time.monotonic()
     qc.register()
     src = os.path.abspath(ck.path)
