@@ -389,7 +389,9 @@ def decode_bytes(ck: Checkpoint, o: HtpOptions) -> dict[str, int]:
     wbits = {"fp16": 16, "w8a16": 8, "w4a16": 4}[o.precision]
     hbits = 16 if o.precision != "w4a16" else 8
     per_layer = c.hidden * (c.q_rows + 2 * c.kv_rows) + c.q_rows * c.hidden + 3 * c.hidden * c.ffn
-    kv = 2 * c.n_layers * o.ctx * c.kv_rows * 2
+    # K/V graph I/O element: float32 in fp16 graphs (FLOAT_32 I/O), uint16 quantized, uint8 with u8
+    kv_elem = 1 if o.kv_dtype == "u8" else (4 if o.precision == "fp16" else 2)
+    kv = 2 * c.n_layers * o.ctx * c.kv_rows * kv_elem
     layers = c.n_layers * per_layer * wbits // 8
     head = c.vocab * c.hidden * hbits // 8
     return {"layer_weights": layers, "lmhead_weights": head, "kv_cache_read": kv, "total": layers + head + kv}
