@@ -461,7 +461,8 @@ impl Model {
         // Graph names and I/O need only libQnnSystem: a wrong name or shape is reported
         // before the backend starts and any context is created.
         progress("graph metadata");
-        let infos = read_infos(&m, system)?;
+        let sys = qnn::SystemLibrary::load(system)?;
+        let infos = read_infos(&m, &sys)?;
         check_graphs(&m, &infos)?;
         if opts.cancel.is_cancelled() {
             return Err(Error::Cancelled);
@@ -473,7 +474,7 @@ impl Model {
         let tok_thread = std::thread::spawn(move || Tokenizer::load(&tok_path));
         let stage2 = || -> Result<_> {
             progress("QNN libraries");
-            let (rt, rpcmem_note, warnings) = open_runtime(backend, system, opts)?;
+            let (rt, rpcmem_note, warnings) = open_runtime(backend, Some(sys), system, opts)?;
             let (contexts, context_ms) = create_contexts(&rt, &m, &infos, opts, &progress)?;
             Ok((rt, rpcmem_note, warnings, contexts, context_ms))
         };
@@ -542,13 +543,18 @@ fn check_files(m: &Manifest) -> Result<()> {
 
 /// Open the libraries, vote for performance and load rpcmem. A refused vote is a warning:
 /// the run goes on at the backend's default clocks.
+/// `sys`: the system library when it is loaded already (kept, not loaded twice).
 pub(crate) fn open_runtime(
     backend: &Path,
+    sys: Option<qnn::SystemLibrary>,
     system: &Path,
     opts: &LoadOptions,
 ) -> Result<(Arc<Runtime>, Option<String>, Vec<String>)> {
     let mut warnings = Vec::new();
-    let mut rt = Runtime::new(backend, system, opts.log_level)?;
+    let mut rt = match sys {
+        Some(sys) => Runtime::with_system(sys, backend, opts.log_level)?,
+        None => Runtime::new(backend, system, opts.log_level)?,
+    };
     if let Err(e) = rt.set_perf(opts.perf) {
         warnings.push(format!(
             "the {} performance vote failed, running without one: {e}",
@@ -587,13 +593,12 @@ fn map_binary(bin: &Path) -> Result<memmap2::Mmap> {
 }
 
 /// Each binary's graphs and tensors, read with the system library alone.
-fn read_infos(m: &Manifest, system: &Path) -> Result<HashMap<PathBuf, BinaryInfo>> {
-    let sys = qnn::SystemLibrary::load(system)?;
+fn read_infos(m: &Manifest, sys: &qnn::SystemLibrary) -> Result<HashMap<PathBuf, BinaryInfo>> {
     binaries(m)
         .into_iter()
         .map(|bin| {
             let map = map_binary(&bin)?;
-            let info = qnn::read_binary_info_with(&sys, &map, &bin)?;
+            let info = qnn::read_binary_info_with(sys, &map, &bin)?;
             Ok((bin, info))
         })
         .collect()

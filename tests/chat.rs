@@ -33,6 +33,24 @@ fn messages(v: &serde_json::Value) -> Vec<Message> {
 /// The tiny Qwen2 bundle, linked into a fresh dir with the golden's template written as
 /// `chat_template.jinja` beside tokenizer.json (the bundle's manifest has no chat section).
 fn qwen2_chat_bundle(tag: &str) -> (PathBuf, PathBuf) {
+    qwen2_bundle_with(tag, |t| t.to_string())
+}
+
+/// The DeepSeek-R1-Distill bundle with the template's generation prompt opening the
+/// reasoning block (`<｜Assistant｜><think>\n`, as DeepSeek's later templates write it), so a
+/// reply starts inside the block whatever this tiny random model emits.
+fn qwen2_thinking_bundle(tag: &str) -> (PathBuf, PathBuf) {
+    qwen2_bundle_with(tag, |t| {
+        let gen = "{{'<｜Assistant｜>'}}{% endif %}";
+        assert!(t.ends_with(gen), "the golden template changed");
+        format!(
+            "{}{{{{'<｜Assistant｜><think>\n'}}}}{{% endif %}}",
+            &t[..t.len() - gen.len()]
+        )
+    })
+}
+
+fn qwen2_bundle_with(tag: &str, template: impl Fn(&str) -> String) -> (PathBuf, PathBuf) {
     let src = parity_dir().join("qwen2-f32");
     let man = src.join("tiny_qwen2.json");
     assert!(
@@ -48,7 +66,7 @@ fn qwen2_chat_bundle(tag: &str) -> (PathBuf, PathBuf) {
     let g = golden();
     std::fs::write(
         d.join("chat_template.jinja"),
-        g["template"].as_str().unwrap(),
+        template(g["template"].as_str().unwrap()),
     )
     .unwrap();
     (d.clone(), d.join("tiny_qwen2.json"))
@@ -226,7 +244,7 @@ fn chat_without_a_template_is_one_clear_error() {
 
 #[test]
 fn reasoning_hide_prints_only_what_follows_think_close() {
-    let (d, man) = qwen2_chat_bundle("chat-reason");
+    let (d, man) = qwen2_thinking_bundle("chat-reason");
     let base = [
         "12",
         "--chat",
@@ -307,8 +325,9 @@ fn prompt_from_file_and_stdin_equals_p() {
         "{}",
         stderr(&c)
     );
+    // An unreadable prompt file is a usage error (nothing was loaded), as bad prompt bytes are.
     let missing = run(&m, &dir, &["3", "-f", "/nonexistent/p.txt"], None);
-    assert_eq!(missing.status.code(), Some(1));
+    assert_eq!(missing.status.code(), Some(2));
     assert!(stderr(&missing).contains("/nonexistent/p.txt"));
 }
 
@@ -434,7 +453,7 @@ fn interactive_resets_when_the_template_rewrites_history() {
     // before </think> in earlier replies, so turn 2's render does not extend the transcript:
     // the cache is rewound to the common prefix and the rest fed. The first turn comes
     // from -p. Turn 2's reply must equal a fresh single-shot run over the same render.
-    let (d, man) = qwen2_chat_bundle("chat-rewrite");
+    let (d, man) = qwen2_thinking_bundle("chat-rewrite");
     let tr = d.join("transcript.json");
     let o = run(
         &man,

@@ -173,7 +173,7 @@ impl GenieModel {
         let tok_thread = std::thread::spawn(move || Tokenizer::load(&tok_path));
         let stage2 = (|| -> Result<_> {
             progress("QNN libraries");
-            let (rt, rpcmem_note, warnings) = open_runtime(backend, system, opts)?;
+            let (rt, rpcmem_note, warnings) = open_runtime(backend, None, system, opts)?;
             let mut graphs: Vec<(Graph, GraphDesc)> = Vec::new();
             let mut context_ms = Vec::new();
             // Contexts one after another (the real backend crashed on overlapping creations).

@@ -38,7 +38,16 @@ unsafe impl Sync for Runtime {}
 impl Runtime {
     /// Load both libraries, create log, backend and device.
     pub fn new(backend_path: &Path, system_path: &Path, log_level: u32) -> Result<Runtime> {
-        let system_lib = SystemLibrary::load(system_path)?;
+        Runtime::with_system(SystemLibrary::load(system_path)?, backend_path, log_level)
+    }
+
+    /// [`Runtime::new`] with a system library already loaded (e.g. to read the binaries'
+    /// metadata before the backend starts): it is kept, not loaded a second time.
+    pub fn with_system(
+        system_lib: SystemLibrary,
+        backend_path: &Path,
+        log_level: u32,
+    ) -> Result<Runtime> {
         let backend_lib = BackendLibrary::load(backend_path)?;
         super::log::set_verbosity(log_level);
         let mut rt = Runtime {
