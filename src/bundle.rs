@@ -85,6 +85,14 @@ impl Spec {
         }
     }
 
+    /// The end tokens the description declares (the tokenizer may add well-known ones).
+    pub fn declared_eos(&self) -> &[u32] {
+        match self {
+            Spec::Manifest(m) => &m.eos,
+            Spec::Genie { cfg, .. } => &cfg.eos,
+        }
+    }
+
     /// The tokenizer file.
     pub fn tokenizer_path(&self) -> &Path {
         match self {

@@ -156,6 +156,9 @@ pub struct Engine<'m> {
     /// Host bytes written into graph inputs by the last decode step (for the C-independence
     /// check of issue-level benchmarks).
     pub last_step_bytes: usize,
+    /// Structured output for the next `generate`: tokens outside the grammar are hidden
+    /// before sampling, and each picked token is committed to it. Set by the caller per run.
+    pub constraint: Option<crate::grammar::Constraint>,
 }
 
 /// The graph side of the loop: a manifest bundle's prefill / decode / lm-head graphs, or a
@@ -241,6 +244,7 @@ impl<'m> Engine<'m> {
             allow_nonfinite: false,
             profile: None,
             last_step_bytes: 0,
+            constraint: None,
         };
         e.reset();
         e
@@ -347,7 +351,9 @@ impl<'m> Engine<'m> {
         let mut out = Vec::new();
         let finish = loop {
             out.push(tok);
-            if !cfg.ignore_eos && cfg.teacher.is_none() && self.eos.contains(&tok) {
+            // A grammar's end is always the end (it allows nothing but the end token then).
+            let eos_ends = (!cfg.ignore_eos || self.constraint.is_some()) && cfg.teacher.is_none();
+            if eos_ends && self.eos.contains(&tok) {
                 break FinishReason::Eos;
             }
             if let Next::Stop(r) = on_token(tok)? {
@@ -557,8 +563,9 @@ impl<'m> Engine<'m> {
     fn sample_logits(&mut self, step: usize, cfg: &GenConfig) -> Result<u32> {
         let mut clock = Clock::new(self.profile.is_some());
         let check = !(cfg.allow_nonfinite || self.allow_nonfinite);
-        let plain_greedy =
-            self.sampler.config().is_greedy() && self.sampler.config().repeat_penalty == 1.0;
+        let plain_greedy = self.sampler.config().is_greedy()
+            && self.sampler.config().repeat_penalty == 1.0
+            && self.constraint.is_none();
         let mut t_exec = 0;
         match &mut self.graphs {
             // The Genie graphs produce logits themselves; the runner has dequantised them.
@@ -591,7 +598,14 @@ impl<'m> Engine<'m> {
             if check && sampler::first_non_finite(&self.logits).is_some() {
                 return Err(self.nonfinite_logits(step));
             }
-            self.sampler.sample(&mut self.logits, &self.history)
+            if let Some(c) = &mut self.constraint {
+                c.apply(&mut self.logits)?;
+            }
+            let tok = self.sampler.sample(&mut self.logits, &self.history);
+            if let Some(c) = &mut self.constraint {
+                c.commit(tok)?;
+            }
+            tok
         };
         if let Some(pr) = &mut self.profile {
             pr.execute_ns += t_exec;

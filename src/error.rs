@@ -65,6 +65,10 @@ pub enum Error {
         path: PathBuf,
     },
 
+    /// A structured-output grammar or JSON schema that does not compile or cannot continue.
+    #[error("structured output: {0}")]
+    Grammar(String),
+
     /// The load was cancelled (Ctrl-C) before it finished.
     #[error("cancelled while loading")]
     Cancelled,

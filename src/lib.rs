@@ -16,6 +16,7 @@ pub mod engine;
 pub mod envcheck;
 pub mod error;
 pub mod genie;
+pub mod grammar;
 pub mod interactive;
 pub mod kv;
 pub mod manifest;

@@ -328,13 +328,13 @@ impl Manifest {
                 return Err(err(format!("params.{name}: must be positive")));
             }
         }
-        if p.n_heads % p.n_kv_heads != 0 {
+        if !p.n_heads.is_multiple_of(p.n_kv_heads) {
             return Err(err(format!(
                 "params.n_heads: {} is not a multiple of n_kv_heads {}",
                 p.n_heads, p.n_kv_heads
             )));
         }
-        if p.head_dim % 2 != 0 {
+        if !p.head_dim.is_multiple_of(2) {
             return Err(err(format!(
                 "params.head_dim: {} must be even for RoPE",
                 p.head_dim

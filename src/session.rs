@@ -22,6 +22,8 @@ pub struct TextOptions {
     pub reasoning: Mode,
     /// Force `</think>` after this many tokens while the block is open.
     pub budget: Option<Budget>,
+    /// Structured output: every run is constrained to this grammar or schema.
+    pub grammar: Option<(std::sync::Arc<crate::grammar::Vocab>, crate::grammar::Spec)>,
 }
 
 /// One finished generation.
@@ -79,6 +81,10 @@ impl<'t> TextSession<'t> {
         // Text released so far: streamed pieces minus anything a stop string may still claim.
         let mut released = String::new();
         let decode_while_running = out.is_some() || !stops.is_empty();
+        engine.constraint = match &self.opts.grammar {
+            Some((vocab, spec)) => Some(crate::grammar::Constraint::new(vocab, spec)?),
+            None => None,
+        };
         let result = reasoning::generate(
             engine,
             ids,
@@ -105,6 +111,7 @@ impl<'t> TextSession<'t> {
                 })
             },
         );
+        engine.constraint = None;
         let output = match result {
             Ok(o) => o,
             Err(e) => {

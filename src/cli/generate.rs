@@ -140,6 +140,19 @@ pub struct Args {
     /// -i: rewrite this JSON file ({"messages", "ids"}) after every turn.
     #[arg(long, value_name = "FILE")]
     pub transcript: Option<PathBuf>,
+    /// Constrain the output to this JSON schema (inline JSON, as llama.cpp's -j;
+    /// `{}` or `{"type":"object"}` = any JSON object).
+    #[arg(short = 'j', long = "json-schema", value_name = "SCHEMA", conflicts_with_all = ["json_schema_file", "grammar", "grammar_file"])]
+    pub json_schema: Option<String>,
+    /// Constrain the output to the JSON schema in FILE.
+    #[arg(long = "json-schema-file", value_name = "FILE", conflicts_with_all = ["grammar", "grammar_file"])]
+    pub json_schema_file: Option<PathBuf>,
+    /// Constrain the output to a grammar: GBNF (llama.cpp's, `root ::= ...`) or Lark.
+    #[arg(long, value_name = "GRAMMAR", conflicts_with = "grammar_file")]
+    pub grammar: Option<String>,
+    /// Constrain the output to the grammar in FILE (GBNF or Lark).
+    #[arg(long = "grammar-file", value_name = "FILE")]
+    pub grammar_file: Option<PathBuf>,
     /// Feed these prompt token ids instead of a text prompt (bypasses the tokenizer; no BOS
     /// is added). The file holds ids separated by whitespace or commas, or a JSON array.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["prompt", "prompt_flag"])]
@@ -253,6 +266,8 @@ pub struct Request {
     pub verbose_prompt: bool,
     pub allow_nonfinite: bool,
     pub ignore_eos: bool,
+    /// Structured output: the grammar or schema, with the tokenizer's vocabulary read for it.
+    pub grammar: Option<(std::sync::Arc<crate::grammar::Vocab>, crate::grammar::Spec)>,
     pub cancel: CancelToken,
     /// Things to tell the user before loading (argument order understood, sampling flags
     /// without effect).
@@ -352,6 +367,7 @@ fn check_mode_flags(args: &Args, pos: &Positional) -> Result<()> {
             (args.teacher_force.is_some(), "--teacher-force"),
             (args.expect_tokens.is_some(), "--expect-tokens"),
             (args.verbose_prompt, "--verbose-prompt"),
+            (grammar_given(args), "a grammar or JSON schema"),
         ]
         .into_iter()
         .filter_map(|(given, what)| given.then_some(what))
@@ -363,12 +379,86 @@ fn check_mode_flags(args: &Args, pos: &Positional) -> Result<()> {
             )));
         }
     }
+    if grammar_given(args) {
+        for (given, flag) in [
+            (args.interactive, "-i"),
+            (
+                args.ignore_eos,
+                "--ignore-eos (the grammar's end is the end)",
+            ),
+            (args.teacher_force.is_some(), "--teacher-force"),
+            (args.expect_tokens.is_some(), "--expect-tokens"),
+            (args.reasoning_budget.is_some(), "--reasoning-budget"),
+        ] {
+            if given {
+                bail!(usage(format!(
+                    "structured output (-j/--grammar) does not combine with {flag}"
+                )));
+            }
+        }
+    }
     if args.transcript.is_some() && !args.interactive {
         bail!(usage(
             "--transcript records an interactive chat: it needs -i"
         ));
     }
     Ok(())
+}
+
+fn grammar_given(args: &Args) -> bool {
+    args.json_schema.is_some()
+        || args.json_schema_file.is_some()
+        || args.grammar.is_some()
+        || args.grammar_file.is_some()
+}
+
+/// The structured-output spec the flags give (JSON parsed here: a bad schema is a usage
+/// error before anything loads).
+fn grammar_spec(args: &Args) -> Result<Option<crate::grammar::Spec>> {
+    use crate::grammar::Spec as G;
+    let read = |flag: &str, p: &Path| {
+        std::fs::read_to_string(p)
+            .map_err(|e| usage(format!("{flag} {}: cannot read ({e})", p.display())))
+    };
+    let schema = |flag: &str, text: &str| {
+        serde_json::from_str::<serde_json::Value>(text)
+            .map(|v| match v {
+                // llama.cpp reads `{}` as "any JSON object".
+                serde_json::Value::Object(o) if o.is_empty() => {
+                    serde_json::json!({"type": "object"})
+                }
+                v => v,
+            })
+            .map_err(|e| usage(format!("{flag}: not JSON ({e})")))
+    };
+    Ok(if let Some(s) = &args.json_schema {
+        Some(G::JsonSchema(schema("--json-schema", s)?))
+    } else if let Some(f) = &args.json_schema_file {
+        Some(G::JsonSchema(schema(
+            "--json-schema-file",
+            &read("--json-schema-file", f)?,
+        )?))
+    } else if let Some(g) = &args.grammar {
+        Some(G::from_grammar_text(g))
+    } else if let Some(f) = &args.grammar_file {
+        Some(G::from_grammar_text(&read("--grammar-file", f)?))
+    } else {
+        None
+    })
+}
+
+/// The tokenizer's vocabulary for structured output, and the grammar compiled once against
+/// it, so a grammar that does not compile or matches nothing fails before the load.
+fn grammar_setup(
+    bundle: &Spec,
+    spec: crate::grammar::Spec,
+) -> Result<(std::sync::Arc<crate::grammar::Vocab>, crate::grammar::Spec)> {
+    let eos = *bundle.declared_eos().first().ok_or_else(|| {
+        anyhow::anyhow!("structured output needs the bundle's end token (params.eos_token_id)")
+    })?;
+    let vocab = crate::grammar::Vocab::load(bundle.tokenizer_path(), bundle.vocab(), eos)?;
+    crate::grammar::Constraint::new(&vocab, &spec).map_err(usage)?;
+    Ok((std::sync::Arc::new(vocab), spec))
 }
 
 /// The artifacts root must be a directory. When it is missing and reads as a number, the
@@ -396,6 +486,7 @@ impl Request {
         let pos = positional(&args);
         check_mode_flags(&args, &pos)?;
         check_root(&pos.root, &pos)?;
+        let grammar = grammar_spec(&args)?;
         let mut notes: Vec<String> = pos.note.into_iter().collect();
         let n_positional = pos
             .n_tokens
@@ -472,6 +563,7 @@ impl Request {
         )?;
         let bundle = Spec::load(&manifest, &root)?;
         bundle.check_files()?;
+        let grammar = grammar.map(|g| grammar_setup(&bundle, g)).transpose()?;
         // A Genie bundle's sampler block applies unless a sampling flag was given, as it
         // does under Genie; parity and teacher-forced runs stay greedy (see `Request`).
         let sampler_from_bundle = match bundle.sampling() {
@@ -591,6 +683,7 @@ impl Request {
             verbose_prompt: args.verbose_prompt,
             allow_nonfinite: args.allow_nonfinite,
             ignore_eos: args.ignore_eos,
+            grammar,
             cancel,
             notes,
         })
@@ -618,6 +711,7 @@ impl Request {
             stops,
             reasoning: self.reasoning,
             budget,
+            grammar: self.grammar.clone(),
         })
     }
 

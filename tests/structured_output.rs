@@ -1,0 +1,229 @@
+//! Structured output on SmolLM2-135M (real weights, emulator): 20 JSON schemas, each
+//! generated greedily and with seeded sampling, every output checked by an independent
+//! validator (the `jsonschema` crate); grammars that cannot match are errors, not hangs.
+//!
+//! The model is loaded once through the library (the CLI path is covered by one run at the
+//! end). The bundle comes from scripts/build-bundle.sh (scripts/test.sh sets
+//! QHX_SMOLLM2_BUNDLE); a missing bundle is a failure, not a skip.
+
+mod common;
+
+use common::*;
+use qhx::bundle::{Loaded, Spec};
+use qhx::chat::Message;
+use qhx::engine::{FinishReason, GenConfig};
+use qhx::grammar::{self, Vocab};
+use qhx::model::LoadOptions;
+use qhx::sampler::SamplerConfig;
+use qhx::session::{TextOptions, TextSession};
+use serde_json::json;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn bundle_dir() -> PathBuf {
+    let d = std::env::var_os("QHX_SMOLLM2_BUNDLE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bundles/smollm2")
+        });
+    assert!(
+        d.join("smollm2.json").is_file(),
+        "SmolLM2 bundle not found at {}: run scripts/build-bundle.sh (scripts/test.sh does)",
+        d.display()
+    );
+    d
+}
+
+/// Twenty schemas: nested objects, arrays, enums, numbers with bounds, required fields.
+/// Strings and arrays are bounded so that every output completes within the token budget.
+fn schemas() -> Vec<(&'static str, serde_json::Value)> {
+    let s = |n: u32| json!({"type": "string", "maxLength": n});
+    vec![
+        (
+            "a person",
+            json!({"type": "object", "properties": {"name": s(16), "age": {"type": "integer", "minimum": 0, "maximum": 120}}, "required": ["name", "age"], "additionalProperties": false}),
+        ),
+        (
+            "a city",
+            json!({"type": "object", "properties": {"city": s(16), "country": s(16)}, "required": ["city", "country"], "additionalProperties": false}),
+        ),
+        (
+            "a colour",
+            json!({"type": "object", "properties": {"colour": {"enum": ["red", "green", "blue"]}}, "required": ["colour"], "additionalProperties": false}),
+        ),
+        (
+            "a yes or no answer",
+            json!({"type": "object", "properties": {"answer": {"type": "boolean"}}, "required": ["answer"], "additionalProperties": false}),
+        ),
+        (
+            "three numbers",
+            json!({"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 999}, "minItems": 3, "maxItems": 3}),
+        ),
+        (
+            "a list of fruits",
+            json!({"type": "object", "properties": {"fruits": {"type": "array", "items": s(12), "minItems": 1, "maxItems": 3}}, "required": ["fruits"], "additionalProperties": false}),
+        ),
+        (
+            "a book",
+            json!({"type": "object", "properties": {"title": s(24), "year": {"type": "integer", "minimum": 1000, "maximum": 2100}, "author": {"type": "object", "properties": {"first": s(12), "last": s(12)}, "required": ["first", "last"], "additionalProperties": false}}, "required": ["title", "year", "author"], "additionalProperties": false}),
+        ),
+        (
+            "a temperature",
+            json!({"type": "object", "properties": {"celsius": {"type": "number", "minimum": -50, "maximum": 60}, "unit": {"const": "C"}}, "required": ["celsius", "unit"], "additionalProperties": false}),
+        ),
+        (
+            "a weekday",
+            json!({"enum": ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]}),
+        ),
+        (
+            "a point",
+            json!({"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}}, "required": ["x", "y"], "additionalProperties": false}),
+        ),
+        (
+            "a to-do item",
+            json!({"type": "object", "properties": {"task": s(24), "done": {"type": "boolean"}, "priority": {"enum": [1, 2, 3]}}, "required": ["task", "done", "priority"], "additionalProperties": false}),
+        ),
+        (
+            "an order",
+            json!({"type": "object", "properties": {"items": {"type": "array", "items": {"type": "object", "properties": {"sku": s(8), "qty": {"type": "integer", "minimum": 1, "maximum": 9}}, "required": ["sku", "qty"], "additionalProperties": false}, "minItems": 1, "maxItems": 2}}, "required": ["items"], "additionalProperties": false}),
+        ),
+        ("a greeting", json!({"type": "string", "maxLength": 24})),
+        (
+            "an integer",
+            json!({"type": "integer", "minimum": -100, "maximum": 100}),
+        ),
+        (
+            "a tag list",
+            json!({"type": "array", "items": {"enum": ["news", "sport", "music", "art"]}, "maxItems": 3, "uniqueItems": false}),
+        ),
+        (
+            "a user with optional email",
+            json!({"type": "object", "properties": {"user": s(12), "email": s(24)}, "required": ["user"], "additionalProperties": false}),
+        ),
+        (
+            "a matrix",
+            json!({"type": "array", "items": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9}, "minItems": 2, "maxItems": 2}, "minItems": 2, "maxItems": 2}),
+        ),
+        (
+            "a status",
+            json!({"type": "object", "properties": {"ok": {"type": "boolean"}, "code": {"type": "integer", "minimum": 100, "maximum": 599}, "message": s(20)}, "required": ["ok", "code"], "additionalProperties": false}),
+        ),
+        (
+            "a nullable note",
+            json!({"type": "object", "properties": {"note": {"anyOf": [s(16), {"type": "null"}]}}, "required": ["note"], "additionalProperties": false}),
+        ),
+        (
+            "a pet",
+            json!({"type": "object", "properties": {"kind": {"enum": ["cat", "dog"]}, "name": s(12), "legs": {"type": "integer", "minimum": 0, "maximum": 4}}, "required": ["kind", "name", "legs"], "additionalProperties": false}),
+        ),
+    ]
+}
+
+#[test]
+fn every_output_validates_against_its_schema_greedy_and_sampled() {
+    let d = bundle_dir();
+    let lib = emu();
+    let spec = Spec::load(&d.join("smollm2.json"), &d).unwrap();
+    let model = Loaded::load(&spec, &lib, &lib, &LoadOptions::default()).expect("load");
+    let eos = model.eos();
+    let vocab =
+        Arc::new(Vocab::load(spec.tokenizer_path(), spec.vocab(), spec.declared_eos()[0]).unwrap());
+    let tmpl = spec.chat_template(Some(model.tokenizer())).unwrap();
+    let mut engine = model.engine().unwrap();
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for (what, schema) in schemas() {
+        let validator = jsonschema::validator_for(&schema).expect("a valid schema");
+        for sampled in [false, true] {
+            let opts = TextOptions {
+                grammar: Some((vocab.clone(), grammar::Spec::JsonSchema(schema.clone()))),
+                ..TextOptions::default()
+            };
+            let session = TextSession::new(model.tokenizer(), &eos, opts);
+            let msgs = vec![Message::new("user", &format!("Reply with {what} as JSON."))];
+            let ids = tmpl.encode(model.tokenizer(), &msgs, true).unwrap();
+            let cfg = GenConfig {
+                n_tokens: 160,
+                sampler: if sampled {
+                    SamplerConfig {
+                        temp: 0.8,
+                        top_p: 0.95,
+                        seed: Some(7),
+                        ..SamplerConfig::default()
+                    }
+                } else {
+                    SamplerConfig::default()
+                },
+                ..GenConfig::greedy(160)
+            };
+            engine.reset();
+            let turn = session
+                .generate(&mut engine, &ids, &cfg, 160, 0.0, None)
+                .unwrap_or_else(|e| panic!("{what} (sampled {sampled}): {e}"));
+            runs += 1;
+            let label = format!("{what} (sampled {sampled}): {:?}", turn.text);
+            if turn.finish != FinishReason::Eos {
+                failures.push(format!("{label}: finish {}", turn.finish.as_str()));
+                continue;
+            }
+            // The end token ends the run and never shows as text.
+            assert!(
+                eos.contains(turn.output.output_ids.last().unwrap()),
+                "{label}"
+            );
+            match serde_json::from_str::<serde_json::Value>(&turn.text) {
+                Ok(v) => {
+                    if let Err(e) = validator.validate(&v) {
+                        failures.push(format!("{label}: invalid: {e}"));
+                    }
+                }
+                Err(e) => failures.push(format!("{label}: not JSON: {e}")),
+            }
+        }
+    }
+    println!("structured output: {runs} runs, {} failed", failures.len());
+    assert_eq!(runs, 40);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn grammars_that_cannot_match_or_do_not_parse_are_usage_errors() {
+    let d = bundle_dir();
+    let m = d.join("smollm2.json");
+    for (flag, text, needle) in [
+        ("--grammar", "start: x\nx: x \"a\"", "matches nothing"),
+        ("--grammar", "start: (", "structured output"),
+        ("--grammar", "root ::= [", "structured output"),
+        ("-j", "{\"type\": \"objekt\"}", "structured output"),
+        ("-j", "{not json", "not JSON"),
+    ] {
+        let o = generate(&m, &d, "8", "hi", &[flag, text], &[]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{text:?}: {err}");
+        assert!(err.contains(needle), "{text:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{text:?}: {err}");
+        assert!(o.stdout.is_empty());
+    }
+}
+
+#[test]
+fn a_gbnf_grammar_on_the_command_line_shapes_the_output() {
+    let d = bundle_dir();
+    let g = "root ::= \"The answer is \" answer \".\"\nanswer ::= \"yes\" | \"no\"";
+    let o = generate(
+        &d.join("smollm2.json"),
+        &d,
+        "32",
+        "Is Paris in France?",
+        &["--chat", "--grammar", g, "--json"],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    let text = v["text"].as_str().unwrap();
+    assert!(
+        text == "The answer is yes." || text == "The answer is no.",
+        "{text:?}"
+    );
+    assert_eq!(v["finish_reason"], "eos");
+}
