@@ -783,10 +783,10 @@ mod chain_tests {
         assert!(picked == 1 || picked == 2);
         // The same seed through sample() picks the same token.
         let mut t = Sampler::new(cfg);
-        assert_eq!(t.sample(&mut vec![0.0f32, 2.0, 1.0, -1.0], &[]), picked);
+        assert_eq!(t.sample(&mut [0.0f32, 2.0, 1.0, -1.0], &[]), picked);
         // Greedy leaves one candidate of probability 1 and draws nothing.
         let mut g = Sampler::new(SamplerConfig::default());
-        g.apply(&mut vec![0.0f32, 2.0, 3.0], &[]);
+        g.apply(&mut [0.0f32, 2.0, 3.0], &[]);
         assert_eq!(g.candidates(), &[(2, 1.0)]);
         assert_eq!(g.select(), 2);
     }
