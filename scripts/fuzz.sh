@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run every fuzz target (tests/fuzz) for a fixed number of executions with cargo-fuzz /
-# libFuzzer + AddressSanitizer, and report executions and crashes per target.
+# libFuzzer + AddressSanitizer, and report executions, executions/s and crashes per target.
 #
 #   scripts/fuzz.sh [runs_per_target=100000] [target...]
 #   FUZZ_SECONDS=n also stops each target after n seconds (whichever comes first).
@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 runs=${1:-100000}
 shift || true
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(manifest emu_format binary_info embed prompt)
+[[ ${#targets[@]} -gt 0 ]] || targets=(manifest emu_format binary_info embed prompt genie_config)
 
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 # The targets that need the QNN ABI dlopen this (uninstrumented) emulator build.
@@ -50,7 +50,8 @@ for t in "${targets[@]}"; do
     crashes=$((after - before))
     if [[ $rc -ne 0 && $crashes -eq 0 ]]; then crashes="? (exit $rc, see tests/fuzz/$log)"; fi
     [[ $rc -eq 0 ]] || total_fail=1
-    line="$t: ${execs:-0} executions in ${secs:-?} s, crashes: $crashes"
+    rate=$(grep -E '^stat::average_exec_per_sec:' "$log" | awk '{print $2}' | tail -n1 || true)
+    line="$t: ${execs:-0} executions in ${secs:-?} s (${rate:-?} exec/s), crashes: $crashes"
     summary+=("$line")
     echo "fuzz $line" >&2
 done

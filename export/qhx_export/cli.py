@@ -6,7 +6,8 @@
 
 Exit status: 0 written; 1 bad input or option (one line on stderr naming the file, tensor or
 option); 2 a documented option that is not implemented yet; 3 an internal error (a bug: rerun
-with QHX_EXPORT_DEBUG=1 for the traceback); 130 interrupted. The bundle is written to
+with QHX_EXPORT_DEBUG=1 for the traceback); 4 --verify measured agreement below the threshold
+(the bundle is kept); 130 interrupted. The bundle is written to
 `DIR.partial` and renamed to DIR at the end, so a failed run leaves no half-written bundle.
 Progress goes to stderr; stdout's last line is the written manifest's path.
 """
@@ -24,7 +25,11 @@ from qhx_export import ExportError, NotImplementedYet, __version__
 
 ARCHES = ("v73", "v75", "v79", "v81")
 SOC_DEFAULT = {"v73": 57, "v75": 60, "v79": 69, "v81": 87}  # SM8550, SM8650, SM8750, SM8850
-EXIT_BAD_INPUT, EXIT_NOT_IMPLEMENTED, EXIT_INTERNAL, EXIT_INTERRUPTED = 1, 2, 3, 130
+EXIT_BAD_INPUT, EXIT_NOT_IMPLEMENTED, EXIT_INTERNAL, EXIT_VERIFY, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
+
+
+class VerifyFailed(ExportError):
+    """--verify measured agreement below the precision's threshold: exit 4."""
 
 
 def log(msg: str) -> None:
@@ -85,7 +90,32 @@ def parser() -> argparse.ArgumentParser:
     )
     emu.add_argument("--kv-layout", choices=("pos_major", "head_major"), default="pos_major")
     emu.add_argument("--shared", action="store_true", help="prefill and decode graphs in one binary")
-    emu.add_argument("--calib", metavar="FILE", help="value ranges JSON for --io ufixed16")
+    ap.add_argument(
+        "--calib",
+        metavar="FILE",
+        help="htp: calibration text (sequences separated by blank lines; default: the built-in corpus); "
+        "emu: value ranges JSON for --io ufixed16",
+    )
+    htp = ap.add_argument_group("--target htp")
+    htp.add_argument("--keep-onnx", action="store_true", help="keep the ONNX graphs in DIR/onnx/")
+    htp.add_argument(
+        "--verify",
+        action="store_true",
+        help="run the bundle with qhx_generate on the HTP simulator against the float reference "
+        "(teacher-forced top-1 agreement; exit 4 below fp16 98%%, w8a16 95%%, w4a16 85%%)",
+    )
+    htp.add_argument(
+        "--estimate",
+        action="store_true",
+        help="Qualcomm's cost model (Hextimate, soc_model 72, v81-class) per graph: decode ms/token and "
+        "prefill tok/s estimates (not phone measurements)",
+    )
+    htp.add_argument("--verify-tokens", type=int, default=16, metavar="N", help="steps per prompt (16)")
+    htp.add_argument(
+        "--no-ort-check",
+        action="store_true",
+        help="--verify: skip the ORT loop over the same binaries (whose ids must equal qhx_generate's)",
+    )
     ap.add_argument("--version", action="version", version=f"qhx-export {__version__}")
     return ap
 
@@ -146,11 +176,69 @@ def run(argv: Sequence[str] | None) -> list[str]:
         f"{' tied' if c.tied else ''}"
     )
     if a.target == "htp":
-        raise NotImplementedYet(
-            "--target htp is not implemented yet (issue 16: graphs, quantization and "
-            "compilation come next); --target emu writes emulator bundles"
-        )
+        return _export_htp(a, ck, t0)
     return _export_emu(a, ck, t0)
+
+
+def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
+    from qhx_export.write.files import staged_dir
+    from qhx_export.write.htp import HtpOptions, write_bundle, write_report
+
+    for opt, val in (
+        ("--io", a.io != "f32"),
+        ("--weights", a.weights != "q"),
+        ("--shared", a.shared),
+        ("--kv-layout", a.kv_layout != "pos_major"),
+        ("--embed-dtype", a.embed_dtype != "f32"),
+    ):
+        if val:
+            raise ExportError(f"{opt} is an option of --target emu")
+    name = a.name or _name(ck.default_name())
+    o = HtpOptions(
+        name=name,
+        arches=list(ARCHES) if a.arch == "all" else [a.arch or "v79"],
+        per_arch_dirs=a.arch == "all",
+        soc=a.soc,
+        precision=a.precision or "fp16",
+        ctx=a.ctx,
+        ar=a.ar,
+        prefill=a.prefill,
+        kv_dtype=a.kv_dtype,
+        calib=a.calib,
+        keep_onnx=a.keep_onnx,
+        estimate=a.estimate,
+        fmt=a.format,
+        model_name=a.model_name,
+    )
+    from qhx_export.compile.htp import stdout_to_stderr
+
+    failed = []
+    with stdout_to_stderr(), staged_dir(a.out) as tmp:
+        paths = write_bundle(ck, tmp, o, log, _progress())
+        if a.verify:
+            from qhx_export.verify.run import table, verify
+
+            o.report["verify"] = {}
+            for p in paths:
+                where = os.path.relpath(p, tmp)
+                log(f"verify {where}: qhx_generate on the HTP simulator, {a.verify_tokens} steps x 2 prompts")
+                t1 = time.monotonic()
+                res = verify(ck, p, o.precision, a.verify_tokens, with_ort=not a.no_ort_check)
+                res["seconds"] = round(time.monotonic() - t1, 1)
+                o.report["verify"][where] = res
+                for line in table(res).splitlines():
+                    log(line)
+                if not res["pass"]:
+                    failed.append(where)
+        write_report(tmp, paths, o)
+        rel = [os.path.relpath(p, tmp) for p in paths]
+    log(f"done in {time.monotonic() - t0:.1f}s")
+    out = [os.path.join(os.path.normpath(a.out), m) for m in rel]
+    if failed:
+        for m in out:
+            print(m)
+        raise VerifyFailed(f"--verify: {', '.join(failed)} below the {o.precision} threshold (bundle kept)")
+    return out
 
 
 def _export_emu(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
@@ -199,6 +287,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for path in run(argv):
             print(path)
         return 0
+    except VerifyFailed as e:
+        log(f"error: {e}")
+        return EXIT_VERIFY
     except NotImplementedYet as e:
         log(f"not implemented: {e}")
         return EXIT_NOT_IMPLEMENTED

@@ -149,8 +149,11 @@ def test_not_implemented_exits_2(
     tmp_path: Path, tiny_gguf: Callable[..., Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tiny_gguf()
-    rc, _, err = run([str(path), "-o", str(tmp_path / "b")], capsys)  # --target htp (the default)
-    check_error(rc, err, 2, "--target htp is not implemented yet")
+    htp = [str(path), "-o", str(tmp_path / "b")]  # --target htp (the default)
+    rc, _, err = run([*htp, "--format", "genie", "--precision", "w8a16"], capsys)
+    check_error(rc, err, 2, "--format genie with --precision w8a16")
+    rc, _, err = run([*htp, "--kv-dtype", "u8"], capsys)
+    check_error(rc, err, 1, "--kv-dtype u8 needs a quantized --precision")
     for more in (["--kv-dtype", "u8"], ["--format", "genie"]):
         rc, _, err = run(emu(path, tmp_path / "b", *more), capsys)
         check_error(rc, err, 2, more[0])

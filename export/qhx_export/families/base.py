@@ -502,8 +502,13 @@ class Family:
         )
 
     @classmethod
-    def forward(cls, c: Config, w: Weights, ids: Sequence[int]) -> np.ndarray:
+    def forward(
+        cls, c: Config, w: Weights, ids: Sequence[int], trace: dict[str, float] | None = None
+    ) -> np.ndarray:
         """float32 logits [T, vocab] of a causal forward over `ids` from position 0.
+
+        `trace` (optional) receives "residual_max": the largest |x| entering any RMSNorm (the
+        graph writer sizes its fp16 norm prescale from it).
 
         Vectorized over positions (one matmul per weight); the tests hold it against an
         independent per-token loop with a KV cache.
@@ -514,8 +519,10 @@ class Family:
         cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
         future = np.triu(np.ones((T, T), bool), 1)
         scale = np.float32(1.0 / math.sqrt(d))
+        peak = 0.0
         for i in range(c.n_layers):
             b = f"blk.{i}."
+            peak = max(peak, float(np.abs(x).max()))
             h = rms_norm(x, w[b + "attn_norm.weight"], c.rms_eps)
             q, k, v = cls.project_qkv(c, w, i, h)
             q, k = rotate_half_rope(q, cos, sin), rotate_half_rope(k, cos, sin)
@@ -529,9 +536,13 @@ class Family:
             o = p @ v.transpose(1, 0, 2)[:, None]  # [kv, g, T, d]
             o = o.transpose(2, 0, 1, 3).reshape(T, c.q_rows)
             x = x + o @ w[b + "attn_output.weight"].T
+            peak = max(peak, float(np.abs(x).max()))
             h = rms_norm(x, w[b + "ffn_norm.weight"], c.rms_eps)
             m = silu(h @ w[b + "ffn_gate.weight"].T) * (h @ w[b + "ffn_up.weight"].T)
             x = (x + m @ w[b + "ffn_down.weight"].T).astype(np.float32)
+        peak = max(peak, float(np.abs(x).max()))
+        if trace is not None:
+            trace["residual_max"] = max(trace.get("residual_max", 0.0), peak)
         x = rms_norm(x, w["output_norm.weight"], c.rms_eps)
         head = w["token_embd.weight"] if c.tied else w["output.weight"]
         return (x @ np.asarray(head, np.float32).T).astype(np.float32)

@@ -177,3 +177,200 @@ fn run_prompt(model: &Model, engine: &mut Engine<'_>, ids: &[u32], n: usize) {
         let _ = s.step(t);
     }
 }
+
+/// The shape of synthetic Genie graph metadata, from 8 header bytes (see [`genie_config`]).
+#[derive(Debug, Clone, Copy)]
+pub struct GenieShape {
+    pub layers: usize,
+    pub n_kv: usize,
+    pub head_dim: usize,
+    pub vocab: usize,
+    pub cl: usize,
+    /// The prompt variant's tokens per step (0: only the AR-1 variant).
+    pub ar_big: usize,
+    pub splits: usize,
+}
+
+impl GenieShape {
+    pub fn from_header(h: &[u8; 8]) -> GenieShape {
+        let cl = [16, 32, 64, 128][h[4] as usize % 4];
+        GenieShape {
+            layers: 1 + h[0] as usize % 3,
+            n_kv: 1 + h[1] as usize % 4,
+            head_dim: [4, 8, 16, 64][h[2] as usize % 4],
+            vocab: 16 + h[3] as usize,
+            cl,
+            ar_big: [0, 4, 8, 16][(h[5] >> 2) as usize % 4].min(cl - 1),
+            splits: 1 + h[5] as usize % 3,
+        }
+    }
+}
+
+fn tensor(name: String, dtype: u32, dims: &[usize]) -> qnn::TensorDesc {
+    qnn::TensorDesc {
+        id: 0,
+        name,
+        tensor_type: 0,
+        dtype,
+        dims: dims.iter().map(|&d| d as u32).collect(),
+        quant: None,
+        raw_quant: Default::default(),
+    }
+}
+
+/// Graph metadata as AI Hub's Genie bundles declare it: one variant per AR (AR-1 and
+/// optionally a prompt variant), each cut into `splits` graphs that pass a hidden state
+/// along; layers spread over the splits; the last split has the logits.
+pub fn genie_graphs(s: &GenieShape) -> Vec<qnn::GraphDesc> {
+    use qnn_sys::dtype::{FLOAT_32, INT_32};
+    let mut out = Vec::new();
+    let ars: Vec<usize> = [1, s.ar_big].into_iter().filter(|&a| a > 0).collect();
+    for ar in ars {
+        let past = s.cl - ar;
+        for k in 0..s.splits {
+            let mut ins = Vec::new();
+            let mut outs = Vec::new();
+            if k == 0 {
+                ins.push(tensor("input_ids".into(), INT_32, &[1, ar]));
+            } else {
+                ins.push(tensor(format!("hidden_{k}"), FLOAT_32, &[1, ar, 8]));
+            }
+            ins.push(tensor("attention_mask".into(), FLOAT_32, &[1, 1, ar, s.cl]));
+            for n in ["position_ids_cos", "position_ids_sin"] {
+                ins.push(tensor(n.into(), FLOAT_32, &[1, 1, ar, s.head_dim / 2]));
+            }
+            for l in (0..s.layers).filter(|l| l % s.splits == k) {
+                let (kv, hd) = (s.n_kv, s.head_dim);
+                ins.push(tensor(
+                    format!("past_key_{l}_in"),
+                    FLOAT_32,
+                    &[kv, 1, hd, past],
+                ));
+                ins.push(tensor(
+                    format!("past_value_{l}_in"),
+                    FLOAT_32,
+                    &[kv, 1, past, hd],
+                ));
+                outs.push(tensor(
+                    format!("past_key_{l}_out"),
+                    FLOAT_32,
+                    &[kv, 1, hd, ar],
+                ));
+                outs.push(tensor(
+                    format!("past_value_{l}_out"),
+                    FLOAT_32,
+                    &[kv, 1, ar, hd],
+                ));
+            }
+            if k + 1 == s.splits {
+                outs.push(tensor("logits".into(), FLOAT_32, &[1, 1, ar, s.vocab]));
+            } else {
+                outs.push(tensor(format!("hidden_{}", k + 1), FLOAT_32, &[1, ar, 8]));
+            }
+            out.push(qnn::GraphDesc {
+                name: format!("ar{ar}_cl{}_{}_of_{}", s.cl, k + 1, s.splits),
+                inputs: ins,
+                outputs: outs,
+                tensor_version: 1,
+            });
+        }
+    }
+    out
+}
+
+/// Change one thing in the graph metadata, picked by `kind` and `at`: a dim, a name, a
+/// dtype, a tensor or graph dropped, or all graphs gone.
+fn perturb(graphs: &mut Vec<qnn::GraphDesc>, kind: u8, at: u8) {
+    let n_t: usize = graphs
+        .iter()
+        .map(|g| g.inputs.len() + g.outputs.len())
+        .sum();
+    if graphs.is_empty() || n_t == 0 {
+        return;
+    }
+    let mut i = at as usize % n_t;
+    let mut pick = None;
+    for (gi, g) in graphs.iter().enumerate() {
+        let len = g.inputs.len() + g.outputs.len();
+        if i < len {
+            pick = Some((gi, i));
+            break;
+        }
+        i -= len;
+    }
+    let Some((gi, ti)) = pick else { return };
+    let g = &mut graphs[gi];
+    let n_in = g.inputs.len();
+    let list = if ti < n_in {
+        &mut g.inputs
+    } else {
+        &mut g.outputs
+    };
+    let ti = if ti < n_in { ti } else { ti - n_in };
+    match kind % 8 {
+        0 => {
+            if let Some(d) = list[ti].dims.last_mut() {
+                *d = d.wrapping_add(1);
+            }
+        }
+        1 => {
+            if let Some(d) = list[ti].dims.first_mut() {
+                *d = 0;
+            }
+        }
+        2 => list[ti].name.push('x'),
+        3 => list[ti].dtype = qnn_sys::dtype::FLOAT_16,
+        4 => {
+            list.remove(ti);
+        }
+        5 => list[ti].dims.clear(),
+        6 => {
+            graphs.remove(gi);
+        }
+        _ => graphs.clear(),
+    }
+}
+
+/// `genie_config.json`: the first 8 bytes shape synthetic graph metadata (layers, heads,
+/// head dim, vocabulary, context, variants, splits, and one optional perturbation), the
+/// rest is the config text. The config is parsed and resolved, then checked against the
+/// graphs as `GenieModel::load` checks a bundle. Unperturbed graphs with a config whose
+/// `kv-dim` (if any) matches must pass, with the shape's layout.
+pub fn genie_config(data: &[u8]) {
+    use qhx::genie::config::{looks_like_genie, GenieConfig};
+    use qhx::genie::model::{check_graphs, Layout};
+    let Some((h, text)) = data.split_first_chunk::<8>() else {
+        return;
+    };
+    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(text) {
+        let _ = looks_like_genie(&v);
+    }
+    let path = Path::new("genie_config.json");
+    let Ok(cfg) = GenieConfig::resolve(text, path, scratch()) else {
+        return;
+    };
+    // Derived values must not panic either.
+    let _ = (cfg.eos.len(), cfg.stop.len(), cfg.ctx_bins.len());
+    if let Some(s) = &cfg.sampling {
+        let _ = s.config.is_greedy();
+    }
+    let shape = GenieShape::from_header(h);
+    let mut graphs = genie_graphs(&shape);
+    let perturbed = h[6] >= 128;
+    if perturbed {
+        perturb(&mut graphs, h[6], h[7]);
+    }
+    let tok_vocab = shape.vocab - (h[7] % 3) as usize;
+    let r = check_graphs(&cfg, path, graphs, tok_vocab);
+    if !perturbed && cfg.kv_dim.is_none_or(|k| k == shape.head_dim) {
+        let want = Layout {
+            n_kv: shape.n_kv,
+            head_dim: shape.head_dim,
+            vocab: shape.vocab,
+        };
+        match r {
+            Ok(l) => assert_eq!(l, want, "{shape:?}"),
+            Err(e) => panic!("well-formed graphs {shape:?} refused: {e}"),
+        }
+    }
+}

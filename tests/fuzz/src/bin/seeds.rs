@@ -91,5 +91,62 @@ fn main() {
     {
         put(&out, "prompt", &format!("p{i}"), p.as_bytes());
     }
+    // genie_config: 8 header bytes (graph shape, see qhx_fuzz::GenieShape) + config text.
+    // Header [layers, n_kv, head_dim, vocab, cl, variants/splits, perturb, at]: head_dim
+    // index 1 is 8, index 2 is 16; configs with kv-dim 8 / 16 / none match their header.
+    let full = |kv: &str| {
+        format!(
+            r#"{{"dialog": {{"version": 1, "type": "basic", "max-num-tokens": 200,
+  "stop-sequence": ["</s>"],
+  "context": {{"version": 1, "size": 64, "n-vocab": 100, "bos-token": 1, "eos-token": [2, 3],
+               "eot-token": 4, "pad-token": 0}},
+  "tokenizer": {{"version": 1, "path": "tokenizer.json"}},
+  "sampler": {{"version": 1, "seed": 42, "temp": 0.8, "top-k": 40, "top-p": 0.95,
+               "token-penalty": {{"penalize-last-n": 32, "repetition-penalty": 1.1}}}},
+  "engine": {{"version": 1, "n-threads": 3,
+    "backend": {{"version": 1, "type": "QnnHtp",
+      "QnnHtp": {{"version": 1, "spill-fill-bufsize": 0, "use-mmap": true, "mmap-budget": 0,
+                  "poll": true, "cpu-mask": "0xe0"{kv}, "allow-async-init": false}}}},
+    "model": {{"version": 1, "type": "binary",
+      "binary": {{"version": 1, "ctx-bins": ["a.bin", "b.bin"]}},
+      "positional-encoding": {{"type": "rope", "rope-dim": 4, "rope-theta": 500000,
+        "rope-scaling": {{"rope-type": "llama3", "factor": 8.0, "low-freq-factor": 1.0,
+          "high-freq-factor": 4.0, "original-max-position-embeddings": 8192}}}}}}}}}}}}"#
+        )
+    };
+    let minimal = r#"{"dialog": {"version": 1, "type": "basic",
+  "context": {"version": 1, "size": 32, "n-vocab": 50, "bos-token": 1, "eos-token": 2},
+  "tokenizer": {"version": 1, "path": "t.json"},
+  "engine": {"version": 1, "n-threads": 1,
+    "backend": {"version": 1, "type": "QnnHtp", "QnnHtp": {"version": 1}},
+    "model": {"version": 1, "type": "binary", "binary": {"version": 1, "ctx-bins": ["m.bin"]}}}}}"#;
+    for (name, header, text) in [
+        (
+            "full-kv8",
+            [1u8, 1, 1, 84, 2, 1 | 4 << 2, 0, 0],
+            full(r#", "kv-dim": 8"#),
+        ),
+        (
+            "full-kv16",
+            [2, 3, 2, 200, 3, 2 | 2 << 2, 0, 1],
+            full(r#", "kv-dim": 16"#),
+        ),
+        ("full-nokv", [0, 0, 0, 0, 0, 0, 0, 2], full("")),
+        (
+            "min-dim",
+            [1, 1, 1, 34, 1, 1 | 1 << 2, 128, 5],
+            minimal.to_string(),
+        ),
+        ("min-name", [0, 1, 2, 34, 1, 4, 130, 9], minimal.to_string()),
+        (
+            "min-drop",
+            [2, 2, 3, 34, 2, 2 | 3 << 2, 132, 17],
+            minimal.to_string(),
+        ),
+    ] {
+        let mut b = header.to_vec();
+        b.extend(text.as_bytes());
+        put(&out, "genie_config", name, &b);
+    }
     println!("seeds written to {}", out.display());
 }

@@ -1,0 +1,1 @@
+"""Compiling graphs for the Hexagon NPU (QNN HTP context binaries)."""

@@ -1,0 +1,92 @@
+"""A small ONNX graph builder over onnx.helper: fresh value names, numpy initializers, and the
+few composite pieces every decoder graph uses (RMSNorm, linear, rotate-half RoPE)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from onnx import NodeProto, TensorProto, helper, numpy_helper
+
+OPSET = 21  # QInt4 / QUInt4 weights need opset 21
+
+
+class Builder:
+    """Nodes and initializers of one graph. `float_nodes` collects the names of the nodes that
+    mixed precision keeps out of quantization (residual adds and RMSNorms)."""
+
+    def __init__(self) -> None:
+        self.nodes: list[NodeProto] = []
+        self.inits: list[TensorProto] = []
+        self.n = 0
+        self.float_nodes: list[str] = []
+        self.weights: list[str] = []  # MatMul weight initializers ([in, out]): per-channel axis 1
+
+    def name(self, hint: str) -> str:
+        self.n += 1
+        return f"{hint}_{self.n}"
+
+    def const(self, arr: Any, hint: str = "c") -> str:
+        nm = self.name(hint)
+        self.inits.append(numpy_helper.from_array(np.asarray(arr), nm))
+        return nm
+
+    def op(
+        self, op: str, inputs: Sequence[str], hint: str | None = None, out: str | None = None, **attrs: Any
+    ) -> str:
+        o = out or self.name(hint or op.lower())
+        self.nodes.append(helper.make_node(op, list(inputs), [o], name=self.name(op), **attrs))
+        return o
+
+    def ops(self, op: str, inputs: Sequence[str], n_out: int, **attrs: Any) -> list[str]:
+        outs = [self.name(op.lower()) for _ in range(n_out)]
+        self.nodes.append(helper.make_node(op, list(inputs), outs, name=self.name(op), **attrs))
+        return outs
+
+    def reshape(self, x: str, dims: Sequence[int], out: str | None = None) -> str:
+        return self.op("Reshape", [x, self.const(np.array(dims, np.int64), "shape")], out=out)
+
+    def transpose(self, x: str, perm: Sequence[int]) -> str:
+        return self.op("Transpose", [x], perm=list(perm))
+
+    def split(self, x: str, sizes: Sequence[int], axis: int) -> list[str]:
+        return self.ops("Split", [x, self.const(np.array(sizes, np.int64), "split")], len(sizes), axis=axis)
+
+    # ---- composite pieces ------------------------------------------------------------------------
+
+    def rmsnorm(self, x: str, w: np.ndarray, eps: float, prescale: float = 1.0, mixed: bool = True) -> str:
+        """x / sqrt(mean(x^2) + eps) * w. x is multiplied by `prescale` (a power of two) first so
+        that x^2 stays inside fp16 range on the HTP; eps scales with it."""
+        k = len(self.nodes)
+        xs = self.op("Mul", [x, self.const(np.float32(prescale))]) if prescale != 1.0 else x
+        ms = self.op(
+            "ReduceMean", [self.op("Mul", [xs, xs]), self.const(np.array([-1], np.int64))], keepdims=1
+        )
+        den = self.op("Sqrt", [self.op("Add", [ms, self.const(np.float32(eps * prescale * prescale))])])
+        y = self.op("Mul", [self.op("Div", [xs, den]), self.const(w.astype(np.float32), "norm_w")])
+        if mixed:
+            self.float_nodes += [n.name for n in self.nodes[k:]]
+        return y
+
+    def residual(self, x: str, delta: str) -> str:
+        y = self.op("Add", [x, delta])
+        self.float_nodes.append(self.nodes[-1].name)
+        return y
+
+    def linear(self, x: str, w: np.ndarray, b: np.ndarray | None = None, hint: str = "w") -> str:
+        """x @ w.T (+ b); w is [out, in] (PyTorch order)."""
+        wn = self.const(np.ascontiguousarray(w.T.astype(np.float32)), hint)
+        self.weights.append(wn)
+        y = self.op("MatMul", [x, wn])
+        return self.op("Add", [y, self.const(b.astype(np.float32), "b")]) if b is not None else y
+
+    def rope(self, x: str, cos: str, sin: str, dh: int) -> str:
+        """Rotate-half RoPE: x*cos + [-x2, x1]*sin (cos/sin broadcast over heads)."""
+        a, b = self.split(x, [dh // 2, dh // 2], axis=-1)
+        rot = self.op("Concat", [self.op("Neg", [b]), a], axis=-1)
+        return self.op("Add", [self.op("Mul", [x, cos]), self.op("Mul", [rot, sin])])
+
+
+def value_info(name: str, dims: Sequence[int], elem: int = TensorProto.FLOAT) -> Any:
+    return helper.make_tensor_value_info(name, elem, list(dims))

@@ -1,0 +1,1 @@
+"""Quantization: the calibration corpus, calibration and QDQ graphs with per-channel weights."""

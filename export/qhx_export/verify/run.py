@@ -1,0 +1,190 @@
+"""`--verify`: the written bundle run by qhx_generate on the HTP simulator against the package's
+own float reference (the family's numpy forward over the same weights).
+
+Per prompt: the float reference's greedy continuation is the gold; qhx_generate runs teacher-forced
+on it (`--teacher-force`, prompt ids through `--tokens-in`) and the agreement is the share of steps
+whose top-1 equals the gold token. The same teacher-forced run through ORT's QNN EP over the same
+binaries (qhx_export.verify.loop) must give identical ids: a difference is a host bug on one side.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from qhx_export import ExportError
+from qhx_export.read.base import Checkpoint
+
+THRESHOLDS = {"fp16": 0.98, "w8a16": 0.95, "w4a16": 0.85}
+PROMPTS = [  # short prompts: the simulator runs ~135M MAC/token at well under 1 GMAC/s
+    "The capital of France is",
+    "def add(a, b):\n    return",
+    "Once upon a time, a small robot",
+    "Water boils at",
+]
+
+
+def find_qhx_generate() -> str:
+    """QHX_GENERATE, then PATH, then target/release of this checkout."""
+    env = os.environ.get("QHX_GENERATE")
+    if env:
+        if not os.access(env, os.X_OK):
+            raise ExportError(f"QHX_GENERATE={env} is not an executable")
+        return env
+    on_path = shutil.which("qhx_generate")
+    if on_path:
+        return on_path
+    here = os.path.dirname(os.path.abspath(__file__))
+    for up in (os.path.join(here, "..", "..", ".."), os.getcwd()):
+        cand = os.path.normpath(os.path.join(up, "target", "release", "qhx_generate"))
+        if os.access(cand, os.X_OK):
+            return cand
+    raise ExportError(
+        "--verify: qhx_generate not found (set QHX_GENERATE, put it on PATH, or cargo build --release)"
+    )
+
+
+def qnn_libdir() -> str:
+    import onnxruntime_qnn
+
+    return os.path.dirname(onnxruntime_qnn.__file__)
+
+
+def float_greedy(ck: Checkpoint, ids: Sequence[int], n: int) -> list[int]:
+    """The float reference's greedy continuation (n tokens)."""
+    w = ck.weights()
+    seq, out = list(ids), []
+    for _ in range(n):
+        t = int(np.argmax(ck.family.forward(ck.config, w, seq)[-1]))
+        out.append(t)
+        seq.append(t)
+    return out
+
+
+def run_qhx(
+    binary: str, manifest: str, ids: Sequence[int], n: int, teacher: Sequence[int] | None
+) -> list[int]:
+    """qhx_generate --json on prompt ids; returns output_ids. Raises ExportError on failure."""
+    lib = qnn_libdir()
+    with tempfile.NamedTemporaryFile("w", suffix=".ids", delete=False) as f:
+        f.write(",".join(map(str, ids)))
+    try:
+        cmd = [
+            binary,
+            manifest,
+            os.path.join(lib, "libQnnHtp.so"),
+            os.path.join(lib, "libQnnSystem.so"),
+            os.path.dirname(os.path.abspath(manifest)),
+            str(n),
+            "--tokens-in",
+            f.name,
+            "--ignore-eos",
+            "--json",
+            "-q",
+        ]
+        if teacher is not None:
+            cmd += ["--teacher-force", ",".join(map(str, teacher))]
+        env = dict(os.environ, LD_LIBRARY_PATH=lib)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    finally:
+        os.unlink(f.name)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["(no stderr)"])[-1]
+        raise ExportError(f"--verify: qhx_generate exit {r.returncode}: {last}")
+    try:
+        doc, _ = json.JSONDecoder().raw_decode(r.stdout)
+    except ValueError as e:
+        raise ExportError(f"--verify: qhx_generate printed no JSON document: {r.stdout[-120:]!r}") from e
+    return [int(t) for t in doc["output_ids"]]
+
+
+@dataclass
+class Row:
+    prompt: str
+    n: int
+    agree: int
+    qhx_ids: list[int]
+    ort_ids: list[int] | None
+    gold: list[int]
+
+    @property
+    def rate(self) -> float:
+        return self.agree / self.n if self.n else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "prompt": self.prompt,
+            "steps": self.n,
+            "agree": self.agree,
+            "rate": round(self.rate, 4),
+            "ort_equal": None if self.ort_ids is None else self.ort_ids == self.qhx_ids,
+            "gold": self.gold,
+            "qhx": self.qhx_ids,
+        }
+
+
+def verify(
+    ck: Checkpoint,
+    manifest: str,
+    precision: str,
+    n_tokens: int = 16,
+    prompts: Sequence[str] = PROMPTS[:2],
+    with_ort: bool = True,
+) -> dict[str, Any]:
+    """Teacher-forced agreement table of one written bundle. with_ort: also the ORT QNN loop."""
+    from qhx_export.quant.corpus import tokenize
+
+    binary = find_qhx_generate()
+    with open(manifest, encoding="utf-8") as f:
+        desc = json.load(f)
+    genie = "dialog" in desc  # a genie_config.json: qhx_generate runs it; the ORT loop does not
+    ctx = int(desc["dialog"]["context"]["size"] if genie else desc["params"]["max_ctx"])
+    tok = ck.tokenizer_json()
+    rows = []
+    loop = None
+    if with_ort and not genie:
+        from qhx_export.verify.loop import load_bundle
+
+        loop = load_bundle(manifest)
+    for p in prompts:
+        (ids,) = tokenize([p], tok, ck.bos_token_id(), 10_000)
+        n = min(n_tokens, ctx - len(ids))  # the last step's logits come from slot C - 1
+        if n < 1:
+            raise ExportError(f"--verify: prompt {p!r} ({len(ids)} tokens) does not fit --ctx {ctx}")
+        gold = float_greedy(ck, ids, n)
+        got = run_qhx(binary, manifest, ids, n, gold)
+        ort = loop.generate(ids, n, gold) if loop is not None else None
+        rows.append(Row(p, len(gold), sum(a == b for a, b in zip(got, gold, strict=False)), got, ort, gold))
+    mean = sum(r.rate for r in rows) / len(rows)
+    return {
+        "precision": precision,
+        "threshold": THRESHOLDS[precision],
+        "tokens": n_tokens,
+        "mean": round(mean, 4),
+        "pass": mean >= THRESHOLDS[precision]
+        and all(r.ort_ids is None or r.ort_ids == r.qhx_ids for r in rows),
+        "rows": [r.as_dict() for r in rows],
+        "qhx_generate": binary,
+    }
+
+
+def table(res: dict[str, Any]) -> str:
+    lines = [f"{'prompt':36} {'steps':>5} {'agree':>6} {'rate':>7}  ORT loop"]
+    for r in res["rows"]:
+        eq = "-" if r["ort_equal"] is None else ("equal" if r["ort_equal"] else "DIFFERS")
+        lines.append(
+            f"{json.dumps(r['prompt'])[:36]:36} {r['steps']:5} {r['agree']:6} {r['rate']:7.1%}  {eq}"
+        )
+    lines.append(
+        f"mean {res['mean']:.1%} (threshold {res['threshold']:.0%}, {res['precision']}): "
+        f"{'pass' if res['pass'] else 'FAIL'}"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,472 @@
+"""Real HTP bundles (`--target htp`): ONNX graphs (qhx_export.graphs) compiled into QNN context
+binaries (qhx_export.compile.htp), one binary per graph, plus the f16 embedding, the tokenizer
+and the manifest qhx_generate reads.
+
+Bundle files (per arch directory with `--arch all`):
+  <name>_<role>_qnn.bin   the context binary (role: prefill, decode, lmhead)
+  <name>_<role>.onnx      ORT's EPContext wrapper of it (qhx_export.verify runs the same binary)
+  <name>_embed_f16.bin, tokenizer.json, <name>.json (the manifest)
+`source.real` in the manifest records how every graph was made: QNN provider options, precision
+and the scale/offset of fixed-point graph I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from qhx_export import ExportError, NotImplementedYet, __version__
+from qhx_export.compile import htp as qc
+from qhx_export.graphs import GraphOptions, layer_graph, lmhead_graph, save, specs
+from qhx_export.read.base import Checkpoint, sha256_file
+from qhx_export.write.files import atomic_open
+
+Log = Callable[[str], None]
+Progress = Callable[[str, int], Callable[[], None]]
+NORM_PEAK = 128.0  # RMSNorm inputs are scaled so the largest |x| seen is at most this (x^2 < 65504)
+
+
+@dataclass
+class HtpOptions:
+    name: str
+    arches: list[str]
+    per_arch_dirs: bool = False
+    soc: int | None = None
+    precision: str = "fp16"
+    ctx: int = 512
+    ar: int = 64
+    prefill: str = "window"
+    kv_dtype: str = "f16"
+    calib: str | None = None
+    keep_onnx: bool = False
+    estimate: bool = False
+    fmt: str = "qhx"  # qhx | genie | both
+    model_name: str | None = None
+    report: dict[str, Any] = field(default_factory=dict)  # filled while writing
+
+
+def soc_for(o: HtpOptions, arch: str) -> int:
+    return o.soc if o.soc is not None else qc.SOC_DEFAULT[arch]
+
+
+def calib_texts(ck: Checkpoint, o: HtpOptions) -> list[str]:
+    from qhx_export.quant import corpus
+
+    return corpus.from_file(o.calib) if o.calib else corpus.builtin(ck.chat_template())
+
+
+def calib_ids(ck: Checkpoint, o: HtpOptions, max_len: int) -> list[list[int]]:
+    from qhx_export.quant import corpus
+
+    return corpus.tokenize(calib_texts(ck, o), ck.tokenizer_json(), ck.bos_token_id(), max_len)
+
+
+def norm_prescale(ck: Checkpoint, seqs: list[list[int]]) -> tuple[float, float]:
+    """(prescale, residual peak): the largest |x| entering an RMSNorm over `seqs` (float
+    reference), and the power of two that brings it under NORM_PEAK."""
+    trace: dict[str, float] = {}
+    w = ck.weights()
+    for ids in seqs:
+        ck.family.forward(ck.config, w, ids, trace)
+    peak = trace.get("residual_max", 0.0)
+    k = max(0, math.ceil(math.log2(peak / NORM_PEAK))) if peak > NORM_PEAK else 0
+    return 2.0**-k, peak
+
+
+def build_graphs(
+    ck: Checkpoint, o: HtpOptions, work: str, gopts: GraphOptions, tick: Callable[[], None]
+) -> dict[str, str]:
+    """Float ONNX graphs by role -> path."""
+    c = ck.config
+    w = ck.weights()
+    sp = specs(c, o.name, o.ar, o.ctx, o.prefill, gopts.quantized)
+    paths = {}
+    for role in ("prefill", "decode", "lmhead"):
+        if role not in sp:
+            continue
+        fn = lmhead_graph if role == "lmhead" else layer_graph
+        m = fn(c, lambda n: np.asarray(w[n], np.float32), sp[role], gopts)
+        paths[role] = os.path.join(work, f"{role}.onnx")
+        save(m, paths[role])
+        del m
+        tick()
+    return paths
+
+
+# qhx_generate's manifest validator knows "llama" and "qwen2" (the name is only displayed: the
+# host work of a real bundle is the same for every family, QK-norm lives in the graphs); a Qwen3
+# bundle says "qwen2" there and "qwen3" in source.family
+HOST_ARCH = {"qwen3": "qwen2"}
+MIXED_PEAK = 1024.0  # a residual stream wider than this keeps its adds and norms in fp16
+Compiled = dict[str, tuple[str, str, dict[str, tuple[float, int]]]]
+
+
+def quantize_graphs(
+    ck: Checkpoint,
+    o: HtpOptions,
+    paths: dict[str, str],
+    seqs: list[list[int]],
+    peak: float,
+    work: str,
+    log: Log,
+    progress: Progress,
+) -> Compiled:
+    """Calibrate and QDQ-quantize: {role: (path, qnn mode, fixed-point I/O params)}."""
+    from qhx_export.quant.qdq import (
+        CALIB_MASK,
+        feeds_stream,
+        fixed_point_io,
+        minmax,
+        quantize,
+        tied_kv_ranges,
+    )
+    from qhx_export.verify.loop import Loop, cpu_graph
+
+    c = ck.config
+    bits = 4 if o.precision == "w4a16" else 8
+    mixed = peak > MIXED_PEAK
+    log(
+        f"{o.precision}: int{bits} per-channel weights, uint16 activations"
+        f"{f'; residual adds and RMSNorms in fp16 (residual peak {peak:.0f})' if mixed else ''}; "
+        f"calibrating on {len(seqs)} sequences"
+    )
+    man = {
+        "params": {
+            "hidden": c.hidden,
+            "head_dim": c.head_dim,
+            "n_kv_heads": c.n_kv_heads,
+            "n_layers": c.n_layers,
+            "rope_theta": c.rope_theta,
+            "rope_scaling": c.rope_scaling,
+        }
+    }
+    emb = ck.float32("token_embd.weight").astype(np.float16)
+
+    def make_loop() -> Loop:
+        graphs = {r: cpu_graph(p) for r, p in paths.items()}
+        return Loop(man, work, graphs, neg_override=CALIB_MASK, embed=emb)
+
+    # w4a16: the lm-head too, with int8 per-channel weights (4-bit logits lose too much);
+    # w8a16 keeps an fp16 lm-head
+    roles = [r for r in ("prefill", "decode") if r in paths] + (["lmhead"] if bits == 4 else [])
+    ranges = {}
+    tick = progress("calibrate", len(roles))
+    for role in roles:
+        t0 = time.monotonic()
+        ranges[role], _ = minmax(paths[role], feeds_stream(make_loop, seqs, role, max_decode=96))
+        log(f"calibrated {role} ({time.monotonic() - t0:.1f}s)")
+        tick()
+    kv_ranges = tied_kv_ranges([ranges[r] for r in roles if r != "lmhead"])
+    out: Compiled = {}
+    tick = progress("quantize", len(roles))
+    for role in roles:
+        t0 = time.monotonic()
+        dst = os.path.join(work, f"{role}.qdq.onnx")
+        rbits = 8 if role == "lmhead" else bits
+        quantize(
+            paths[role], dst, ranges[role], rbits, mixed and role != "lmhead", o.kv_dtype == "u8", kv_ranges
+        )
+        quant = fixed_point_io(dst)
+        out[role] = (dst, "mixed" if mixed and role != "lmhead" else "quant", quant)
+        log(f"quantized {role} ({time.monotonic() - t0:.1f}s)")
+        tick()
+    if "lmhead" not in out:
+        out["lmhead"] = (paths["lmhead"], "fp16", {})
+    o.report["quantization"] = {
+        "weights": f"int{bits} symmetric per output channel (MatMul)",
+        "activations": "uint16 asymmetric (MinMax)",
+        "mixed_fp16": mixed,
+        "lmhead": "int8 per channel, uint16 activations" if bits == 4 else "fp16",
+        "kv_cache": "uint8, input and output ranges tied per layer" if o.kv_dtype == "u8" else "uint16",
+        "calibration_sequences": len(seqs),
+    }
+    return out
+
+
+def manifest(
+    ck: Checkpoint,
+    o: HtpOptions,
+    arch: str,
+    refs: dict[str, Any],
+    real: dict[str, Any],
+    files: dict[str, str],
+) -> dict[str, Any]:
+    from qhx_export.read.gguf import GgufCheckpoint
+
+    c = ck.config
+    params: dict[str, Any] = {
+        "hidden": c.hidden,
+        "vocab": c.vocab,
+        "n_layers": c.n_layers,
+        "n_heads": c.n_heads,
+        "n_kv_heads": c.n_kv_heads,
+        "head_dim": c.head_dim,
+        "max_ctx": o.ctx,
+        "rope_theta": c.rope_theta,
+        "bos_token_id": ck.bos_token_id(),
+        "eos_token_id": ck.eos_token_id(),
+    }
+    if c.rope_scaling:
+        params["rope_scaling"] = dict(c.rope_scaling)
+    if isinstance(ck, GgufCheckpoint):
+        source: dict[str, Any] = {
+            "gguf": os.path.basename(ck.path),
+            "gguf_sha256": o.report["source"]["sha256"],
+        }
+    else:
+        source = {"hf": os.path.basename(os.path.abspath(ck.path))}
+    source.update({"writer": f"qhx-export {__version__}", "family": ck.family.name, "real": real})
+    out: dict[str, Any] = {
+        "schema_version": 1,
+        "model": {
+            "name": o.model_name or ck.default_name(),
+            "family": "llm",
+            "arch": HOST_ARCH.get(ck.family.name, ck.family.name),
+            "dsp_arch": arch,
+            "soc_model": soc_for(o, arch),
+            "n_params": ck.n_params(),
+        },
+        "params": params,
+        "artifacts": {
+            "contexts": refs,
+            "embed": {"file": files["embed"], "dtype": "f16"},
+            "tokenizer": files["tokenizer"],
+        },
+        "plan": {"op": "llama_generate", "ar": o.ar if o.prefill != "none" else 1},
+        "source": source,
+    }
+    template = ck.chat_template()
+    if template:
+        out["chat"] = {"template": template}
+    return out
+
+
+def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: Progress) -> list[str]:
+    """Write the bundle under `root` (which exists: the staged DIR.partial); returns manifest paths."""
+    if o.fmt != "qhx" and o.precision != "fp16":
+        raise NotImplementedYet(
+            f"--format {o.fmt} with --precision {o.precision} (Genie bundles: fp16 only so far)"
+        )
+    if o.kv_dtype == "u8" and o.precision == "fp16":
+        raise ExportError("--kv-dtype u8 needs a quantized --precision (w8a16 or w4a16)")
+    t0 = time.monotonic()
+    qc.register()
+    src = os.path.abspath(ck.path)
+    o.report.update(
+        {
+            "source": {
+                "path": os.path.basename(src.rstrip("/")),
+                "sha256": sha256_file(src) if os.path.isfile(src) else None,
+            },
+            "options": {
+                "precision": o.precision,
+                "ctx": o.ctx,
+                "ar": o.ar,
+                "prefill": o.prefill,
+                "kv_dtype": o.kv_dtype,
+                "arches": o.arches,
+                "calib": o.calib or "built-in",
+            },
+            "stages": {},
+        }
+    )
+    seqs = calib_ids(ck, o, 64)
+    prescale, peak = norm_prescale(ck, seqs[:4])
+    log(f"residual stream peak |x| {peak:.0f} over 4 calibration sequences: RMSNorm prescale {prescale:g}")
+    quantized = o.precision != "fp16"
+    gopts = GraphOptions(quantized=quantized, prescale=prescale)
+    o.report["graph"] = {
+        "norm_prescale": prescale,
+        "residual_peak": peak,
+        "fold_q_scale": True,
+        "attention": "gqa-native, self-score matmul, 1D decode mask",
+    }
+    work = os.path.join(root, ".work")
+    os.makedirs(work, exist_ok=True)
+    n_roles = 2 + (o.prefill != "none")
+    paths = build_graphs(ck, o, work, gopts, progress("build graphs", n_roles)) if o.fmt != "genie" else {}
+    o.report["stages"]["build_s"] = round(time.monotonic() - t0, 1)
+    to_compile: dict[str, tuple[str, str, dict[str, tuple[float, int]]]]
+    to_compile = {r: (p, "fp16", {}) for r, p in paths.items()}
+    if quantized and paths:
+        to_compile = quantize_graphs(ck, o, paths, seqs, peak, work, log, progress)
+
+    if o.estimate and to_compile:
+        from qhx_export.compile.estimate import estimate_graph, summarize
+
+        per: dict[str, dict[str, Any]] = {}
+        tick = progress("estimate (Hextimate, soc 72)", len(to_compile))
+        for role, (pth, mode, _) in to_compile.items():
+            t1 = time.monotonic()
+            per[role] = estimate_graph(pth, mode, work, role)
+            log(f"estimate {role}: {per[role]} ({time.monotonic() - t1:.1f}s)")
+            tick()
+        o.report["estimate"] = summarize(per, decode_bytes(ck, o), o.ar)
+
+    emb = np.ascontiguousarray(ck.float32("token_embd.weight").astype("<f2"))
+    tok = ck.tokenizer_json()
+    manifests, compile_s, sizes = [], {}, {}
+    genie_paths = []
+    for arch in o.arches:
+        out = os.path.join(root, arch) if o.per_arch_dirs else root
+        os.makedirs(out, exist_ok=True)
+        soc = soc_for(o, arch)
+        if o.fmt in ("genie", "both"):
+            from qhx_export.write.genie import write_genie
+
+            cfg, gsizes = write_genie(
+                ck, out, arch, soc, o.name, o.ar, o.ctx, prescale, o.precision, work, log
+            )
+            genie_paths.append(cfg)
+            sizes.update({f"{arch}/{k}": v for k, v in gsizes.items()})
+            if o.fmt == "genie":
+                continue
+        modes = {m for _, m, _ in to_compile.values()}
+        real: dict[str, Any] = {
+            "backend": f"QNN HTP (onnxruntime-qnn, QAIRT {qc.qnn_version()})",
+            "precision": o.precision,
+            "prefill": o.prefill,
+            "kv_layout": "pos_major",
+            "qnn_options": {m: qc.qnn_options(arch, soc, m) for m in sorted(modes)},
+            "graphs": {},
+        }
+        refs: dict[str, Any] = {}
+        tick = progress(f"compile {arch}", len(to_compile))
+        for role, (pth, mode, quant) in to_compile.items():
+            t1 = time.monotonic()
+            wrapper, binf, secs = qc.compile_graph(
+                pth, out, f"{o.name}_{role}", qc.qnn_options(arch, soc, mode)
+            )
+            size = os.path.getsize(os.path.join(out, binf))
+            log(f"{arch} {role}: {binf} ({size / 1e6:.1f} MB) compiled in {secs:.1f}s")
+            compile_s[f"{arch}/{role}"] = round(time.monotonic() - t1, 1)
+            sizes[f"{arch}/{binf}"] = size
+            refs[role] = {"bin": binf}
+            ent: dict[str, Any] = {"wrapper": wrapper, "precision": mode}
+            if quant:
+                ent["quant"] = {k: list(v) for k, v in quant.items()}
+            real["graphs"][role] = ent
+            tick()
+        files = {"embed": f"{o.name}_embed_f16.bin", "tokenizer": "tokenizer.json"}
+        with atomic_open(os.path.join(out, files["embed"])) as f:
+            f.write(memoryview(emb).cast("B"))
+        with atomic_open(os.path.join(out, files["tokenizer"])) as f:
+            f.write(tok)
+        if o.keep_onnx:
+            os.makedirs(os.path.join(out, "onnx"), exist_ok=True)
+            for role, (pth, _, _) in to_compile.items():
+                shutil.copyfile(pth, os.path.join(out, "onnx", f"{role}.onnx"))
+        man = manifest(ck, o, arch, refs, real, files)
+        mpath = os.path.join(out, f"{o.name}.json")
+        with atomic_open(mpath) as f:
+            f.write(json.dumps(man, indent=2, ensure_ascii=False).encode("utf-8") + b"\n")
+        manifests.append(mpath)
+    manifests += genie_paths
+    shutil.rmtree(work, ignore_errors=True)
+    o.report["stages"]["compile_s"] = compile_s
+    o.report["sizes"] = sizes
+    o.report["stages"]["total_s"] = round(time.monotonic() - t0, 1)
+    o.report["decode_bytes"] = decode_bytes(ck, o)
+    if not manifests:
+        raise ExportError("no arch to write")
+    return manifests
+
+
+# ---- the bundle says how it was made --------------------------------------------------------------
+
+
+def decode_bytes(ck: Checkpoint, o: HtpOptions) -> dict[str, int]:
+    """Bytes one decode step streams: layer weights, lm-head weights, and the K/V cache read."""
+    c = ck.config
+    wbits = {"fp16": 16, "w8a16": 8, "w4a16": 4}[o.precision]
+    hbits = 16 if o.precision != "w4a16" else 8
+    per_layer = c.hidden * (c.q_rows + 2 * c.kv_rows) + c.q_rows * c.hidden + 3 * c.hidden * c.ffn
+    # K/V graph I/O element: float32 in fp16 graphs (FLOAT_32 I/O), uint16 quantized, uint8 with u8
+    kv_elem = 1 if o.kv_dtype == "u8" else (4 if o.precision == "fp16" else 2)
+    kv = 2 * c.n_layers * o.ctx * c.kv_rows * kv_elem
+    layers = c.n_layers * per_layer * wbits // 8
+    head = c.vocab * c.hidden * hbits // 8
+    return {"layer_weights": layers, "lmhead_weights": head, "kv_cache_read": kv, "total": layers + head + kv}
+
+
+def versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {"qhx-export": __version__, "qairt": qc.qnn_version()}
+    for pkg in ("onnxruntime", "onnxruntime-qnn", "onnx", "numpy", "gguf"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "-"
+    return out
+
+
+def write_report(root: str, manifests: list[str], o: HtpOptions) -> None:
+    """export-report.json and README.md at the bundle's top."""
+    r = o.report
+    r["versions"] = versions()
+    r["manifests"] = [os.path.relpath(m, root) for m in manifests]
+    with atomic_open(os.path.join(root, "export-report.json")) as f:
+        f.write(json.dumps(r, indent=2, ensure_ascii=False).encode("utf-8") + b"\n")
+    src = r.get("source", {})
+    opt = r.get("options", {})
+    lines = [
+        f"# {o.model_name or o.name}: qhx HTP bundle ({opt.get('precision')})",
+        "",
+        f"Written by qhx-export {__version__} from `{src.get('path')}` (sha256 `{src.get('sha256')}`).",
+        "",
+        "## Options",
+        "",
+        *[f"- {k}: {v}" for k, v in opt.items()],
+        "",
+        "## Files",
+        "",
+        "| file | bytes |",
+        "|---|---|",
+        *[f"| {k} | {v:,} |" for k, v in r.get("sizes", {}).items()],
+        "",
+    ]
+    db = r.get("decode_bytes")
+    if db:
+        lines += [
+            "## Bytes per decode token",
+            "",
+            f"Layer weights {db['layer_weights']:,}, lm-head {db['lmhead_weights']:,}, "
+            f"K/V cache read at full context {db['kv_cache_read']:,}: {db['total']:,} bytes.",
+            "",
+        ]
+    for where, v in r.get("verify", {}).items():
+        from qhx_export.verify.run import table
+
+        lines += [
+            f"## Verify ({where})",
+            "",
+            "qhx_generate on the x86 HTP *simulator*, teacher-forced on the float reference's greedy "
+            "continuation (the simulator's speed says nothing about a phone's).",
+            "",
+            "```",
+            table(v),
+            "```",
+            "",
+        ]
+    est = r.get("estimate")
+    if est:
+        lines += [
+            "## Estimates (Qualcomm's cost model, not a phone measurement)",
+            "",
+            "```",
+            json.dumps(est, indent=2),
+            "```",
+            "",
+        ]
+    lines += ["Versions: " + ", ".join(f"{k} {v}" for k, v in r["versions"].items()), ""]
+    with atomic_open(os.path.join(root, "README.md")) as f:
+        f.write("\n".join(lines).encode("utf-8"))
