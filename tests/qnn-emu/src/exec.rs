@@ -503,12 +503,23 @@ fn run_genie(
     let c = &w.cfg;
     let (ar, past, h, hd, nkv) = (g.seq, g.ctx, c.hidden, c.head_dim, c.n_kv_heads);
     let half = hd / 2;
-    let get = |n: &str| {
-        ins.get(n)
+    if hd == 0 || hd % 2 != 0 || ar == 0 {
+        return Err(format!(
+            "AR {ar} and head_dim {hd} cannot run (AR >= 1, even head_dim)"
+        ));
+    }
+    // Every input with the element count the math below indexes by.
+    let get_n = |n: &str, want: usize| {
+        let v = ins
+            .get(n)
             .map(read)
-            .ok_or_else(|| format!("missing input {n}"))
+            .ok_or_else(|| format!("missing input {n}"))?;
+        if v.len() != want {
+            return Err(format!("{n} has {} elements, expected {want}", v.len()));
+        }
+        Ok(v)
     };
-    let ids = get("input_ids")?;
+    let ids = get_n("input_ids", ar)?;
     let embd = w.embd.as_ref().ok_or("no token_embd.weight")?;
     let mut x = Vec::with_capacity(ar * h);
     for &id in &ids {
@@ -524,20 +535,13 @@ fn run_genie(
             .flat_map(|r| r.iter().chain(r.iter()).copied().collect::<Vec<f32>>())
             .collect()
     };
-    let cos = full(get("position_ids_cos")?);
-    let sin = full(get("position_ids_sin")?);
-    let mask = get("attention_mask")?;
-    if mask.len() != ar * (past + ar) {
-        return Err(format!(
-            "attention_mask has {} elements, expected {}",
-            mask.len(),
-            ar * (past + ar)
-        ));
-    }
+    let cos = full(get_n("position_ids_cos", ar * half)?);
+    let sin = full(get_n("position_ids_sin", ar * half)?);
+    let mask = get_n("attention_mask", ar * (past + ar))?;
     let mut store = Vec::new();
     for i in 0..c.n_layers {
         // Keys come transposed, [n_kv, head_dim, past]: back to [n_kv, past, head_dim].
-        let kt = get(&format!("past_key_{i}_in"))?;
+        let kt = get_n(&format!("past_key_{i}_in"), nkv * hd * past)?;
         let mut k = vec![0f32; kt.len()];
         for hh in 0..nkv {
             for d in 0..hd {
@@ -546,7 +550,7 @@ fn run_genie(
                 }
             }
         }
-        store.push((k, get(&format!("past_value_{i}_in"))?));
+        store.push((k, get_n(&format!("past_value_{i}_in"), nkv * past * hd)?));
     }
     let views: Vec<KvView<'_>> = store
         .iter()
@@ -570,7 +574,13 @@ fn run_genie(
     );
     let normed = w.final_norm(&out.y);
     let lb = outs.get("logits").ok_or("missing output logits")?;
-    let rows = lb.spec.elems() / c.vocab;
+    let rows = lb.spec.elems() / c.vocab.max(1);
+    if rows == 0 || rows > ar || rows * c.vocab != lb.spec.elems() {
+        return Err(format!(
+            "logits has {} elements for AR {ar}",
+            lb.spec.elems()
+        ));
+    }
     let mut logits = Vec::with_capacity(rows * c.vocab);
     for r in ar - rows..ar {
         logits.extend(w.project(&normed[r * h..(r + 1) * h]));
