@@ -136,7 +136,7 @@ fn measure(
         comps.push(("detokenize", detok_ns as f64 / (p.steps + 1) as f64 / 1e6));
         let exec = p.execute_ns as f64 / p.steps.max(1) as f64 / 1e6;
         per_round.push((comps, exec));
-        bytes = engine.last_step_bytes;
+        bytes = engine.decode_bytes_formula;
     }
     let min_of = |v: Vec<f64>| v.into_iter().fold(f64::INFINITY, f64::min);
     let names: Vec<&'static str> = per_round[0].0.iter().map(|c| c.0).collect();

@@ -8,7 +8,7 @@
 use crate::error::{Error, Result};
 use crate::genie::{GenieModel, GenieRunner};
 use crate::kv::copy_rows;
-use crate::model::{LayerGraph, Model};
+use crate::model::{LayerStackGraph, Model};
 use crate::ops::{mask, rope::RopeTable};
 use crate::qnn::{Binding, PairedBindings};
 use crate::sampler;
@@ -153,9 +153,10 @@ pub struct Engine<'m> {
     allow_nonfinite: bool,
     /// Per-component host timing of decode steps, when enabled (set to `Some`).
     pub profile: Option<StepProfile>,
-    /// Host bytes written into graph inputs by the last decode step (for the C-independence
-    /// check of issue-level benchmarks).
-    pub last_step_bytes: usize,
+    /// Host bytes a decode step writes into graph inputs, by formula from the descriptors
+    /// ([`Model::decode_bytes_formula`]; 0 for Genie bundles), not measured: the benchmark
+    /// reports it to show the step's host work has no C term.
+    pub decode_bytes_formula: usize,
     /// Structured output for the next `generate`: tokens outside the grammar are hidden
     /// before sampling, and each picked token is committed to it. Set by the caller per run.
     pub constraint: Option<crate::grammar::Constraint>,
@@ -202,6 +203,7 @@ impl<'m> Engine<'m> {
             &shared,
         )?;
         let rope = RopeTable::new(p.rope_theta, p.head_dim, positions, p.rope_scaling.as_ref());
+        let formula = m.decode_bytes_formula;
         let graphs = Graphs::Bundle(Box::new(BundleGraphs {
             m,
             rope,
@@ -209,13 +211,9 @@ impl<'m> Engine<'m> {
             lm: Binding::for_graph(&m.lmhead.graph, &m.lmhead.desc)?,
             hidden: vec![0.0; p.hidden],
         }));
-        Ok(Engine::with(
-            graphs,
-            m.eos.clone(),
-            m.max_ctx,
-            m.load_ms,
-            p.vocab,
-        ))
+        let mut e = Engine::with(graphs, m.eos.clone(), m.max_ctx, m.load_ms, p.vocab);
+        e.decode_bytes_formula = formula;
+        Ok(e)
     }
 
     /// An engine over a Genie bundle's graphs.
@@ -243,7 +241,7 @@ impl<'m> Engine<'m> {
             pos: 0,
             allow_nonfinite: false,
             profile: None,
-            last_step_bytes: 0,
+            decode_bytes_formula: 0,
             constraint: None,
         };
         e.reset();
@@ -406,6 +404,7 @@ impl<'m> Engine<'m> {
     fn run_prompt(&mut self, ids: &[u32], cancel: &crate::cancel::CancelToken) -> Result<bool> {
         let m = match &mut self.graphs {
             Graphs::Genie(g) => {
+                g.allow_nonfinite = self.allow_nonfinite;
                 let go = g.feed(ids, &|| cancel.is_cancelled())?;
                 self.pos = g.pos();
                 return Ok(go && !cancel.is_cancelled());
@@ -443,7 +442,7 @@ impl<'m> Engine<'m> {
     }
 
     /// One prefill execute over `chunk` (at most P tokens) at position `self.pos`.
-    fn prefill_chunk(&mut self, chunk: &[u32], g: &LayerGraph) -> Result<()> {
+    fn prefill_chunk(&mut self, chunk: &[u32], g: &LayerStackGraph) -> Result<()> {
         let Graphs::Bundle(q) = &mut self.graphs else {
             unreachable!("prefill graphs belong to manifest bundles")
         };
@@ -505,6 +504,7 @@ impl<'m> Engine<'m> {
     fn decode_step(&mut self, token: u32) -> Result<()> {
         let q = match &mut self.graphs {
             Graphs::Genie(g) => {
+                g.allow_nonfinite = self.allow_nonfinite;
                 g.feed(&[token], &|| false)?;
                 self.pos = g.pos();
                 return Ok(());
@@ -554,7 +554,6 @@ impl<'m> Engine<'m> {
             pr.mask_ns += t_mask;
             pr.io_convert_ns += t_io;
         }
-        self.last_step_bytes = m.decode_step_bytes;
         self.pos = p + 1;
         Ok(())
     }

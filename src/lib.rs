@@ -27,9 +27,9 @@ pub mod ops;
 pub mod qnn;
 pub mod reasoning;
 pub mod sampler;
-pub mod session;
 pub mod stats;
 pub mod stop;
+pub mod text;
 pub mod tokenizer;
 
 pub use error::{Error, Result};

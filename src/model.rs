@@ -38,8 +38,9 @@ pub struct LoadedGraph {
     pub desc: GraphDesc,
 }
 
-/// A prefill or decode graph and its resolved tensor positions.
-pub struct LayerGraph {
+/// A prefill or decode graph (the whole decoder layer stack in one graph) and its resolved
+/// tensor positions.
+pub struct LayerStackGraph {
     pub graph: Graph,
     pub desc: GraphDesc,
     pub io: LayerIo,
@@ -76,8 +77,8 @@ impl GraphRole {
 pub struct Model {
     pub manifest: Manifest,
     pub rt: Arc<Runtime>,
-    pub prefill: Option<LayerGraph>,
-    pub decode: LayerGraph,
+    pub prefill: Option<LayerStackGraph>,
+    pub decode: LayerStackGraph,
     pub lmhead: LoadedGraph,
     pub embed: EmbedTable,
     pub tokenizer: Tokenizer,
@@ -90,8 +91,9 @@ pub struct Model {
     pub context_ms: Vec<(PathBuf, f64)>,
     /// Host bytes a decode step writes into graph inputs: one embedding row, one RoPE row
     /// (cos + sin), one mask slot, one K and one V row per layer, and the lm-head input.
-    /// Derived once from the descriptors; it has no C term.
-    pub decode_step_bytes: usize,
+    /// A formula over the descriptors, computed once at load (not a measurement); it has no
+    /// C term.
+    pub decode_bytes_formula: usize,
     /// Why rpcmem is not in use (None when it is loaded).
     pub rpcmem_note: Option<String>,
     /// Problems that did not stop the load (e.g. a refused performance vote).
@@ -506,7 +508,7 @@ impl Model {
         }
         let max_ctx = m.params.max_ctx.min(decode.io.ctx);
         let eos = end_tokens(&m, &tokenizer);
-        let decode_step_bytes = decode_step_bytes(&m, &decode, &lmhead.desc);
+        let decode_bytes_formula = decode_bytes_formula(&m, &decode, &lmhead.desc);
         Ok(Model {
             eos,
             manifest: m,
@@ -519,7 +521,7 @@ impl Model {
             max_ctx,
             load_ms: t0_ms(t0),
             context_ms,
-            decode_step_bytes,
+            decode_bytes_formula,
             rpcmem_note,
             warnings,
         })
@@ -673,13 +675,13 @@ fn layer_graph(
     contexts: &Contexts,
     r: &GraphRef,
     role: GraphRole,
-) -> Result<LayerGraph> {
+) -> Result<LayerStackGraph> {
     let LoadedGraph { graph, desc } = load_graph(contexts, r, role)?;
     let io = layer_io(m, &desc, role == GraphRole::Decode)?;
     if role == GraphRole::Prefill && io.new_shape.rows != io.rows {
         return Err(Error::graph(&desc.name, "new_k/new_v rows disagree with x"));
     }
-    Ok(LayerGraph { graph, desc, io })
+    Ok(LayerStackGraph { graph, desc, io })
 }
 
 /// An lm-head maps one hidden state to vocab logits.
@@ -719,7 +721,7 @@ fn check_lmhead(m: &Manifest, d: &GraphDesc) -> Result<()> {
 
 /// A chunked prefill reads the decode cache in place: same capacity, layout, dtype and
 /// scale.
-fn check_prefill_shares_cache(pre: &LayerGraph, dec: &LayerGraph) -> Result<()> {
+fn check_prefill_shares_cache(pre: &LayerStackGraph, dec: &LayerStackGraph) -> Result<()> {
     if pre.io.ctx > 0 && pre.io.ctx != dec.io.ctx {
         return Err(Error::graph(
             &pre.desc.name,
@@ -760,7 +762,7 @@ fn end_tokens(m: &Manifest, tokenizer: &Tokenizer) -> Vec<u32> {
     eos
 }
 
-fn decode_step_bytes(m: &Manifest, dec: &LayerGraph, lmhead: &GraphDesc) -> usize {
+fn decode_bytes_formula(m: &Manifest, dec: &LayerStackGraph, lmhead: &GraphDesc) -> usize {
     let es = |t: &TensorDesc| qnn_sys::dtype::size_of(t.dtype).unwrap_or(0);
     let (d, io) = (&dec.desc, &dec.io);
     let row = |i: usize| es(&d.inputs[i]) * io.new_shape.n_kv * io.new_shape.head_dim;

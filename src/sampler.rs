@@ -3,7 +3,8 @@
 //! * Greedy kernels: one pass (argmax fused with the non-finite check, also straight over
 //!   f16 logits).
 //! * [`Sampler`]: the one filter chain, in HF transformers' order — repetition penalty,
-//!   temperature, top-k, top-p, min-p — then a seeded draw. Nothing sorts the whole
+//!   temperature, top-k, top-p, min-p ([`Sampler::apply`], which keeps the normalised
+//!   candidates) — then a selector ([`Sampler::select`]: a seeded draw). Nothing sorts the whole
 //!   vocabulary: [`top_candidates`] keeps a running threshold, skips 64-logit blocks whose
 //!   maximum is below it, and partially selects; top-p without top-k widens a partial
 //!   selection until the nucleus is covered.
@@ -270,10 +271,24 @@ impl SamplerConfig {
     }
 }
 
+/// The filter chain and its selector. [`Sampler::apply`] runs the chain (penalty,
+/// temperature, top-k, top-p, min-p) and keeps what it leaves as candidates with normalised
+/// probabilities ([`Sampler::candidates`], for callers such as rejection sampling that need
+/// the distribution, not only a token); [`Sampler::select`] then picks one: the single
+/// candidate of a greedy chain, else a seeded draw. [`Sampler::sample`] is the two in turn.
 pub struct Sampler {
     cfg: SamplerConfig,
     rng: rand::rngs::StdRng,
+    /// Candidates of the last apply: (id, weight), weights relative to the best (exp(0) = 1),
+    /// sorted by weight descending; only the first `keep` survive the chain.
     cand: Vec<(u32, f32)>,
+    keep: usize,
+    /// Sum of the kept weights (the draw scales by it, so the probabilities need no pass).
+    total: f64,
+    /// The token when the chain leaves no choice (greedy, or all logits NaN): no draw.
+    forced: Option<u32>,
+    /// The kept candidates with probabilities summing to 1, built on request.
+    probs: Vec<(u32, f32)>,
     seen: Vec<u32>,
 }
 
@@ -287,6 +302,10 @@ impl Sampler {
             cfg,
             rng,
             cand: Vec::new(),
+            keep: 0,
+            total: 0.0,
+            forced: None,
+            probs: Vec::new(),
             seen: Vec::new(),
         }
     }
@@ -295,14 +314,23 @@ impl Sampler {
         &self.cfg
     }
 
-    /// Pick the next token. `logits` may be modified (penalties); `history` is the sequence
-    /// so far (prompt + generated), used only by the repetition penalty.
+    /// Pick the next token: [`Sampler::apply`] then [`Sampler::select`].
     pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
+        self.apply(logits, history);
+        self.select()
+    }
+
+    /// Run the filter chain over `logits` (modified by the penalty; `history` is the
+    /// sequence so far, used only by it), leaving the candidates for [`Sampler::select`]
+    /// and [`Sampler::candidates`].
+    pub fn apply(&mut self, logits: &mut [f32], history: &[u32]) {
+        self.probs.clear();
         if self.cfg.penalizes() {
             self.penalize(logits, history);
         }
         if self.cfg.is_greedy() {
-            return argmax(logits);
+            self.force(argmax(logits));
+            return;
         }
         let inv_t = 1.0 / self.cfg.temp;
         let k = if self.cfg.top_k > 0 {
@@ -315,7 +343,8 @@ impl Sampler {
             top_candidates(logits, want, &mut self.cand);
             if self.cand.is_empty() {
                 // Every logit is NaN: nothing to draw from.
-                return argmax(logits);
+                self.force(argmax(logits));
+                return;
             }
             // Probabilities within the candidate set (top-k renormalises, as HF does).
             let max = self.cand[0].1;
@@ -357,17 +386,51 @@ impl Sampler {
                 let floor = self.cfg.min_p;
                 keep = keep.min(self.cand.iter().take_while(|c| c.1 >= floor).count().max(1));
             }
-            let kept = &self.cand[..keep];
-            let total: f64 = kept.iter().map(|c| c.1 as f64).sum();
-            let mut r = self.rng.random::<f64>() * total;
-            for c in kept {
-                r -= c.1 as f64;
-                if r <= 0.0 {
-                    return c.0;
-                }
-            }
-            return kept[keep - 1].0;
+            self.keep = keep;
+            self.total = self.cand[..keep].iter().map(|c| c.1 as f64).sum();
+            self.forced = None;
+            return;
         }
+    }
+
+    /// The chain leaves one token, with probability 1.
+    fn force(&mut self, id: u32) {
+        self.cand.clear();
+        self.cand.push((id, 1.0));
+        self.keep = 1;
+        self.total = 1.0;
+        self.forced = Some(id);
+    }
+
+    /// The candidates the last [`Sampler::apply`] kept, as (id, probability) with the
+    /// probabilities summing to 1, most likely first.
+    pub fn candidates(&mut self) -> &[(u32, f32)] {
+        if self.probs.is_empty() {
+            let total = self.total;
+            self.probs.extend(
+                self.cand[..self.keep]
+                    .iter()
+                    .map(|&(id, w)| (id, (w as f64 / total) as f32)),
+            );
+        }
+        &self.probs
+    }
+
+    /// The selector: the forced token of a chain that left no choice, else a draw from the
+    /// kept candidates with the seeded generator.
+    pub fn select(&mut self) -> u32 {
+        if let Some(id) = self.forced {
+            return id;
+        }
+        let kept = &self.cand[..self.keep];
+        let mut r = self.rng.random::<f64>() * self.total;
+        for c in kept {
+            r -= c.1 as f64;
+            if r <= 0.0 {
+                return c.0;
+            }
+        }
+        kept[self.keep - 1].0
     }
 
     fn penalize(&mut self, logits: &mut [f32], history: &[u32]) {
@@ -693,6 +756,39 @@ mod chain_tests {
         let mut p: Vec<f64> = full[..3].iter().map(|x| x / z).collect();
         p.extend([0.0; 3]);
         check_frequencies(cfg, &L, &p, 60_000);
+    }
+
+    /// apply + candidates + select: the probabilities are the chain's renormalised
+    /// distribution (here top-k 2 over a known softmax) and select draws from them.
+    #[test]
+    fn apply_keeps_normalised_candidates_for_the_caller() {
+        let cfg = SamplerConfig {
+            temp: 1.0,
+            top_k: 2,
+            seed: Some(7),
+            ..Default::default()
+        };
+        let mut s = Sampler::new(cfg.clone());
+        let mut logits = vec![0.0f32, 2.0, 1.0, -1.0];
+        s.apply(&mut logits, &[]);
+        let c = s.candidates().to_vec();
+        let e = (1.0f64).exp();
+        let want = [(1u32, e / (e + 1.0)), (2u32, 1.0 / (e + 1.0))];
+        assert_eq!(c.len(), 2);
+        for ((id, p), (wid, wp)) in c.iter().zip(want) {
+            assert_eq!(*id, wid);
+            assert!((*p as f64 - wp).abs() < 1e-6, "{c:?}");
+        }
+        let picked = s.select();
+        assert!(picked == 1 || picked == 2);
+        // The same seed through sample() picks the same token.
+        let mut t = Sampler::new(cfg);
+        assert_eq!(t.sample(&mut [0.0f32, 2.0, 1.0, -1.0], &[]), picked);
+        // Greedy leaves one candidate of probability 1 and draws nothing.
+        let mut g = Sampler::new(SamplerConfig::default());
+        g.apply(&mut [0.0f32, 2.0, 3.0], &[]);
+        assert_eq!(g.candidates(), &[(2, 1.0)]);
+        assert_eq!(g.select(), 2);
     }
 
     #[test]

@@ -126,7 +126,9 @@ fn garbage_binary_is_a_malformed_binary_error() {
 }
 
 /// The real backend scopes a mem handle to the context it was registered in; the emulator
-/// must refuse one from another context, or a host bug sharing handles would pass here.
+/// refuses one from another context, or a host bug sharing handles would pass here. Since
+/// `Graph::execute` checks that a binding belongs to its graph, the host refuses such a
+/// binding first, before graphExecute (the emulator's check stays as a second line).
 #[test]
 fn a_mem_handle_from_another_context_is_rejected() {
     let _serial = serial();
@@ -148,8 +150,7 @@ fn a_mem_handle_from_another_context_is_rejected() {
     g1.execute(&mut b)
         .expect("its own context accepts the handles");
     let e = g2.execute(&mut b).unwrap_err().to_string();
-    assert!(e.contains("6004"), "{e}");
-    assert!(e.contains("another context"), "{e}");
+    assert!(e.contains("another graph or context"), "{e}");
 }
 
 /// Fixed-point tensors must carry the binary's own scale/offset at execute.
@@ -185,4 +186,37 @@ fn fixed_point_tensors_must_carry_the_binarys_quantization() {
         .to_string();
     assert!(e.contains("6004"), "{e}");
     assert!(e.contains("quantization differs"), "{e}");
+}
+
+/// A binding built for one graph, executed on another: a graph error naming both before any
+/// C call (the graph ids and buffer sizes would not match what the graph registered).
+#[test]
+fn execute_refuses_a_binding_of_another_graph() {
+    let _serial = serial();
+    let spec = SynthSpec::default();
+    let w = weights(&spec);
+    let (_, decode, lm) = graphs(&spec);
+    let bin = context_binary(&spec, &[decode, lm], &w, |_| true);
+    let path = common::tmp("abi-other-graph").join("both.bin");
+    std::fs::write(&path, &bin).unwrap();
+    let lib = common::emu();
+    let rt = Arc::new(Runtime::new(&lib, &lib, 0).unwrap());
+    let info = read_binary_info(&rt, &bin, &path).unwrap();
+    let ctx = Context::from_binary(&rt, &bin, &path).unwrap();
+    let (dd, ld) = (&info.graphs[0], &info.graphs[1]);
+    let (dec, lmh) = (ctx.graph(&dd.name).unwrap(), ctx.graph(&ld.name).unwrap());
+    for mut b in [Binding::new(ld), Binding::for_graph(&lmh, ld).unwrap()] {
+        let e = dec.execute(&mut b).unwrap_err().to_string();
+        assert!(
+            e.contains("tiny_decode") && e.contains("built for graph tiny_lmhead"),
+            "{e}"
+        );
+        lmh.execute(&mut b).expect("its own graph runs");
+    }
+    // A same-named graph of another context: the recorded handle tells them apart.
+    let ctx2 = Context::from_binary(&rt, &bin, &path).unwrap();
+    let lmh2 = ctx2.graph(&ld.name).unwrap();
+    let mut b = Binding::for_graph(&lmh, ld).unwrap();
+    let e = lmh2.execute(&mut b).unwrap_err().to_string();
+    assert!(e.contains("another graph or context"), "{e}");
 }

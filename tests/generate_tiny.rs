@@ -38,6 +38,42 @@ fn prefill_and_decode_over_prompt_agree() {
     assert_eq!(a["finish_reason"], "length");
 }
 
+/// Every other test here compares emulator runs with each other, which a loop that ignores
+/// its prompt would pass. Here the continuation must change with the prompt, also when only
+/// tokens before the last few differ (so the cached K/V of earlier positions is read), and
+/// stay the same for the same prompt.
+#[test]
+fn output_depends_on_the_prompt() {
+    for (tag, spec) in [
+        ("dep-prefill", SynthSpec::default()),
+        (
+            "dep-decode",
+            SynthSpec {
+                prefill: None,
+                ..Default::default()
+            },
+        ),
+    ] {
+        let run = |prompt: &str| ids(&run_json(&spec, tag, "12", prompt), "output_ids");
+        let base = run("the cat sat on the mat");
+        assert_eq!(
+            base,
+            run("the cat sat on the mat"),
+            "{tag}: not deterministic"
+        );
+        assert_ne!(
+            base,
+            run("a dog ran to the park"),
+            "{tag}: ignores the prompt"
+        );
+        assert_ne!(
+            base,
+            run("xyz cat sat on the mat"),
+            "{tag}: ignores all but the last prompt tokens"
+        );
+    }
+}
+
 #[test]
 fn prompt_longer_than_the_prefill_window_continues_through_decode() {
     // P = 4 rows, prompt of 23 byte tokens: 4 via prefill, 19 via decode-over-prompt.

@@ -15,7 +15,7 @@ use qhx::engine::{FinishReason, GenConfig};
 use qhx::grammar::{self, Vocab};
 use qhx::model::LoadOptions;
 use qhx::sampler::SamplerConfig;
-use qhx::session::{TextOptions, TextSession};
+use qhx::text::{TextDriver, TextOptions};
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -139,7 +139,7 @@ fn every_output_validates_against_its_schema_greedy_and_sampled() {
                 grammar: Some((vocab.clone(), grammar::Spec::JsonSchema(schema.clone()))),
                 ..TextOptions::default()
             };
-            let session = TextSession::new(model.tokenizer(), &eos, opts);
+            let session = TextDriver::new(model.tokenizer(), &eos, opts);
             let msgs = vec![Message::new("user", &format!("Reply with {what} as JSON."))];
             let ids = tmpl.encode(model.tokenizer(), &msgs, true).unwrap();
             let cfg = GenConfig {

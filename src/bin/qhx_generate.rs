@@ -5,7 +5,7 @@
 //! 2 usage, 3 parity mismatch (`--expect-tokens`), 130 cancelled (Ctrl-C).
 //!
 //! This file parses, loads and prints; generation lives in the library
-//! ([`qhx::session`], [`qhx::interactive`], [`qhx::bench`]).
+//! ([`qhx::text`], [`qhx::interactive`], [`qhx::bench`]).
 
 #![forbid(unsafe_code)]
 
@@ -15,7 +15,7 @@ use qhx::cancel::CancelToken;
 use qhx::cli::generate::{first_mismatch, map_argv, Args, Mode, Prompt, Request};
 use qhx::cli::report::{print_banner, print_prompt};
 use qhx::engine::FinishReason;
-use qhx::session::TextSession;
+use qhx::text::TextDriver;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -110,7 +110,7 @@ fn run(args: Args, cancel: CancelToken) -> Result<ExitCode> {
         }
         Mode::Interactive { transcript } => {
             let eos = model.eos();
-            let session = TextSession::new(model.tokenizer(), &eos, req.text_options(&model)?);
+            let driver = TextDriver::new(model.tokenizer(), &eos, req.text_options(&model)?);
             let tmpl = req.bundle.chat_template(Some(model.tokenizer()))?;
             let opts = qhx::interactive::Options {
                 system: req.system.clone(),
@@ -125,7 +125,7 @@ fn run(args: Args, cancel: CancelToken) -> Result<ExitCode> {
                 _ => String::new(),
             };
             let input = std::io::Read::chain(std::io::Cursor::new(first), std::io::stdin().lock());
-            qhx::interactive::run(&mut engine, &session, &tmpl, &opts, input, out)?;
+            qhx::interactive::run(&mut engine, &driver, &tmpl, &opts, input, out)?;
             Ok(ExitCode::SUCCESS)
         }
         Mode::OneShot { json, expected, .. } => {
@@ -145,9 +145,9 @@ fn run(args: Args, cancel: CancelToken) -> Result<ExitCode> {
                 );
             }
             let eos = model.eos();
-            let session = TextSession::new(model.tokenizer(), &eos, req.text_options(&model)?);
+            let driver = TextDriver::new(model.tokenizer(), &eos, req.text_options(&model)?);
             let sink = (!json).then_some(&mut out as &mut dyn Write);
-            let turn = session.generate(&mut engine, &ids, &cfg, wanted, tokenize_ms, sink)?;
+            let turn = driver.generate(&mut engine, &ids, &cfg, wanted, tokenize_ms, sink)?;
             if *json {
                 let doc = serde_json::json!({
                     "input_ids": turn.output.input_ids,

@@ -14,7 +14,7 @@ use crate::model::{ContextLoad, LoadOptions};
 use crate::qnn::PerfMode;
 use crate::reasoning;
 use crate::sampler::SamplerConfig;
-use crate::session::TextOptions;
+use crate::text::TextOptions;
 use anyhow::{bail, Context as _, Result};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

@@ -502,11 +502,28 @@ fn assign_roles<G>(v: &mut Variant<G>) -> Result<()> {
                 ));
             }
         }
+        let [Some(key_in), Some(value_in), Some(key_out), Some(value_out)] = *slots else {
+            unreachable!("every slot checked above")
+        };
+        // The runner copies a step's new K/V rows into the past inputs within one graph's
+        // bindings, so each pair must live in one split.
+        for (i, o, what) in [(key_in, key_out, "key"), (value_in, value_out, "value")] {
+            if i.0 != o.0 {
+                let (gi, go) = (&v.splits[i.0].desc, &v.splits[o.0].desc);
+                return Err(Error::graph(
+                    &gi.name,
+                    format!(
+                        "layer {l}: past {what} input {} is in graph {} but its output {} is in graph {} (qhx needs each layer's K/V input and output in one split)",
+                        gi.inputs[i.1].name, gi.name, go.outputs[o.1].name, go.name
+                    ),
+                ));
+            }
+        }
         v.layers.push(KvAt {
-            key_in: slots[0].unwrap(),
-            value_in: slots[1].unwrap(),
-            key_out: slots[2].unwrap(),
-            value_out: slots[3].unwrap(),
+            key_in,
+            value_in,
+            key_out,
+            value_out,
         });
     }
     if v.layers.is_empty() {
@@ -662,6 +679,30 @@ mod tests {
     fn no_graph_at_all_is_an_error() {
         let e = check_graphs(&config(8), Path::new("/b/g.json"), Vec::new(), 30).unwrap_err();
         assert!(e.to_string().contains("no graph"), "{e}");
+    }
+
+    /// A layer whose K/V input and output sit in different splits: a load error naming both
+    /// graphs (the runner copies K/V within one split and panicked on such a bundle).
+    #[test]
+    fn kv_in_and_out_in_different_splits_is_a_load_error() {
+        let f = qnn_sys::dtype::FLOAT_32;
+        let mut a = graph("ar4_cl64_1_of_2", 4, 64);
+        let k_out = a.outputs.remove(1);
+        a.outputs.push(t("hidden", f, &[1, 1, 4, 16]));
+        let b = GraphDesc {
+            name: "ar4_cl64_2_of_2".into(),
+            inputs: vec![
+                t("attention_mask", f, &[1, 1, 4, 64]),
+                t("hidden", f, &[1, 1, 4, 16]),
+            ],
+            outputs: vec![k_out],
+            tensor_version: 1,
+        };
+        let e = check_graphs(&config(8), Path::new("/b/g.json"), vec![a, b], 30).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("past_key_0_out"), "{msg}");
+        assert!(msg.contains("ar4_cl64_2_of_2"), "{msg}");
+        assert!(!msg.contains('\n'), "{msg}");
     }
 
     #[test]

@@ -21,6 +21,8 @@ pub struct GenieRunner<'m> {
     logits: Vec<f32>,
     scratch: Vec<f32>,
     pad: u32,
+    /// Keep going on NaN / inf logits (`--allow-nonfinite`).
+    pub allow_nonfinite: bool,
 }
 
 impl<'m> GenieRunner<'m> {
@@ -50,6 +52,7 @@ impl<'m> GenieRunner<'m> {
             logits: vec![0.0; m.vocab],
             scratch: Vec::new(),
             pad,
+            allow_nonfinite: false,
         };
         r.reset();
         Ok(r)
@@ -184,8 +187,8 @@ impl<'m> GenieRunner<'m> {
         }
         // New K/V rows off..AR go to slots pos..pos+k.
         for at in &v.layers {
-            self.copy_rows(vi, at.key_out, at.key_in, true, off, k);
-            self.copy_rows(vi, at.value_out, at.value_in, false, off, k);
+            self.copy_rows(vi, at.key_out, at.key_in, true, off, k)?;
+            self.copy_rows(vi, at.value_out, at.value_in, false, off, k)?;
         }
         let (s, o) = v.logits;
         let row = if v.logit_rows == 1 { 0 } else { ar - 1 };
@@ -193,7 +196,7 @@ impl<'m> GenieRunner<'m> {
         self.bindings[vi][s]
             .output(o)
             .read_f32(row * vocab, &mut self.logits);
-        if self.logits.iter().any(|x| !x.is_finite()) {
+        if !self.allow_nonfinite && self.logits.iter().any(|x| !x.is_finite()) {
             return Err(Error::NonFinite {
                 what: "logits",
                 step: self.pos,
@@ -208,6 +211,7 @@ impl<'m> GenieRunner<'m> {
 
     /// Copy a step's K/V output rows `off..off+k` into past slots `pos..pos+k` of the same
     /// variant. Keys are [n_kv, head_dim, rows] (transposed), values [n_kv, rows, head_dim].
+    /// Both tensors are in one split (load refuses other bundles, see `assign_roles`).
     fn copy_rows(
         &mut self,
         vi: usize,
@@ -216,7 +220,7 @@ impl<'m> GenieRunner<'m> {
         key: bool,
         off: usize,
         k: usize,
-    ) {
+    ) -> Result<()> {
         let v = &self.m.variants[vi];
         let (n_kv, hd, ar, past, pos) = (self.m.n_kv, self.m.head_dim, v.ar, v.past, self.pos);
         let runs: Vec<(usize, usize, usize)> = if key {
@@ -229,12 +233,15 @@ impl<'m> GenieRunner<'m> {
                 .map(|h| ((h * ar + off) * hd, (h * past + pos) * hd, k * hd))
                 .collect()
         };
-        assert_eq!(
-            out.0, inp.0,
-            "K/V in and out live in one split (checked at load)"
-        );
+        if out.0 != inp.0 {
+            return Err(Error::graph(
+                &v.splits[out.0].desc.name,
+                "K/V output and past input in different splits",
+            ));
+        }
         let b = &mut self.bindings[vi][out.0];
         copy_runs(b, out.1, inp.1, &runs, &mut self.scratch);
+        Ok(())
     }
 
     /// Copy the cache (slots [0, pos)) from variant `a`'s past inputs to variant `b`'s.
@@ -330,16 +337,16 @@ fn copy_runs(
     }
 }
 
-/// The step's mask, Genie's way: rows are the AR new tokens (real ones in rows off..AR),
-/// columns the CL slots: past [0, CL-AR) then the step's own AR. A real row r attends past
-/// slots [0, pos) and own columns off..=r; padding rows attend only themselves.
-/// Fixed-point masks carry Genie's raw codes (max = attend, 0 = masked); float masks 0 and
-/// [`FLOAT_MASKED`].
 /// Genie's "masked" value in float masks. Not -inf: graphs built for Genie may test
 /// `mask < -500` or add the mask before a floor, and on the HTP an fp16 -inf there gave
 /// different logits than -1000 (seen on the x86 HTP backend).
 pub const FLOAT_MASKED: f32 = -1000.0;
 
+/// The step's mask, Genie's way: rows are the AR new tokens (real ones in rows off..AR),
+/// columns the CL slots: past [0, CL-AR) then the step's own AR. A real row r attends past
+/// slots [0, pos) and own columns off..=r; padding rows attend only themselves.
+/// Fixed-point masks carry Genie's raw codes (max = attend, 0 = masked); float masks 0 and
+/// [`FLOAT_MASKED`].
 fn write_mask(
     bytes: &mut [u8],
     t: &TensorDesc,

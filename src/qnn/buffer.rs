@@ -185,6 +185,9 @@ pub struct Binding {
     ctx: Option<Arc<Context>>,
     /// Inputs whose memory belongs to another binding (see `alias_input`).
     aliased: Vec<bool>,
+    /// The graph this binding was built for ([`Binding::for_graph`]); None for a binding
+    /// built from a descriptor alone ([`Binding::new`]), which is matched by name.
+    graph: Option<usize>,
 }
 
 impl Drop for Binding {
@@ -258,6 +261,7 @@ impl Binding {
             mem: Vec::new(),
             ctx: None,
             aliased: vec![false; desc.inputs.len()],
+            graph: None,
         }
     }
 
@@ -266,6 +270,17 @@ impl Binding {
     /// (ION descriptor, one buffer per tensor) and bound as a MEMHANDLE tensor. Without
     /// rpcmem, client buffers as in `new`.
     pub fn for_graph(graph: &Graph, desc: &GraphDesc) -> Result<Binding> {
+        let mut b = Binding::for_graph_inner(graph, desc)?;
+        b.graph = Some(graph.id());
+        Ok(b)
+    }
+
+    /// The graph this binding was built for, when built by [`Binding::for_graph`].
+    pub(crate) fn graph_id(&self) -> Option<usize> {
+        self.graph
+    }
+
+    fn for_graph_inner(graph: &Graph, desc: &GraphDesc) -> Result<Binding> {
         let ctx = graph.ctx.clone();
         let rt = ctx.runtime().clone();
         if rt.rpcmem.is_none() || rt.zero_copy_refused().is_some() {

@@ -1,13 +1,24 @@
 //! The QNN log callback: forwards backend messages to stderr at `-v` and remembers the
 //! last error line so that failures can quote it.
+//!
+//! The callback carries no user pointer, so an error line cannot name the runtime or
+//! session it belongs to; it is kept per thread instead. A QNN call logs its error on the
+//! calling thread before it returns, and [`super::check`] on that thread takes it: a session
+//! on another thread never sees it (a process-wide slot attached one session's error to
+//! another's failure). Lines the backend logs from its own threads are printed at `-v` and
+//! attached to nothing.
 
+use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
 
 /// Highest QNN log level printed to stderr (0 = none).
 static VERBOSITY: AtomicU32 = AtomicU32::new(0);
-static LAST_ERROR: Mutex<Option<String>> = Mutex::new(None);
+
+thread_local! {
+    /// The last ERROR line logged on this thread, until taken.
+    static LAST_ERROR: RefCell<Option<String>> = const { RefCell::new(None) };
+}
 
 pub fn set_verbosity(level: u32) {
     VERBOSITY.store(level, Ordering::Relaxed);
@@ -17,13 +28,13 @@ pub fn verbosity() -> u32 {
     VERBOSITY.load(Ordering::Relaxed)
 }
 
-/// The most recent ERROR line the backend logged, if any (kept until taken).
+/// The most recent ERROR line the backend logged on this thread, if any (kept until taken).
 pub fn last_error_line() -> Option<String> {
-    LAST_ERROR.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    LAST_ERROR.with(|e| e.borrow().clone())
 }
 
 pub(crate) fn take_last_error() -> Option<String> {
-    LAST_ERROR.lock().unwrap_or_else(|e| e.into_inner()).take()
+    LAST_ERROR.with(|e| e.borrow_mut().take())
 }
 
 #[cfg(unix)]
@@ -81,7 +92,8 @@ pub(crate) unsafe extern "C" fn callback(
 fn record(level: u32, max: u32, msg: String) {
     let msg = msg.trim_end();
     if level <= qnn_sys::log_level::ERROR {
-        *LAST_ERROR.lock().unwrap_or_else(|e| e.into_inner()) = Some(msg.to_string());
+        // try_with: the callback may run while this thread's locals are being destroyed.
+        let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = Some(msg.to_string()));
     }
     if level <= max {
         let name = match level {
@@ -92,5 +104,40 @@ fn record(level: u32, max: u32, msg: String) {
             _ => "DEBUG",
         };
         crate::elog!("qnn[{name}] {msg}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two sessions on two threads: the error one logs is taken by its own thread's check
+    /// and never shows up on the other's (the process-global slot handed it to whichever
+    /// thread failed next).
+    #[test]
+    fn an_error_line_stays_with_the_thread_that_logged_it() {
+        let (to_b, b_rx) = std::sync::mpsc::channel::<()>();
+        let (to_a, a_rx) = std::sync::mpsc::channel::<()>();
+        let a = std::thread::spawn(move || {
+            record(
+                qnn_sys::log_level::ERROR,
+                0,
+                "session A: graph failed".into(),
+            );
+            to_b.send(()).unwrap();
+            a_rx.recv().unwrap();
+            take_last_error()
+        });
+        let b = std::thread::spawn(move || {
+            b_rx.recv().unwrap();
+            let seen = take_last_error();
+            to_a.send(()).unwrap();
+            seen
+        });
+        assert_eq!(b.join().unwrap(), None);
+        assert_eq!(
+            a.join().unwrap().as_deref(),
+            Some("session A: graph failed")
+        );
     }
 }

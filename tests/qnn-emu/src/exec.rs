@@ -75,6 +75,7 @@ impl EmuContext {
                 layers: Vec::new(),
                 output_norm: None,
                 lm: None,
+                embd: None,
             }
         } else {
             Weights::load(&parsed)?
@@ -362,19 +363,21 @@ fn run(
         GraphKind::Prefill => 0,
         GraphKind::Decode => 1,
         GraphKind::Lmhead => 2,
+        GraphKind::Genie => 3,
     };
-    let kind_name = ["prefill", "decode", "lmhead"][kind_idx];
+    let kind_name = ["prefill", "decode", "lmhead", "genie"][kind_idx];
     let nan = knobs::nan_now(kind_name, kind_idx);
     if g.null_compute || nan {
         for (i, o) in g.outputs.iter().enumerate() {
             let mut v = vec![if nan { f32::NAN } else { 0.0 }; o.elems()];
-            if !nan && g.kind == GraphKind::Lmhead && i == 0 && knobs::get().null_logits_noise {
+            let logits = g.kind == GraphKind::Lmhead || o.name == "logits";
+            if !nan && logits && i == 0 && knobs::get().null_logits_noise {
                 // Realistic-looking logits for sampling benchmarks: deterministic noise in
                 // [-8, 8) that changes every execute.
                 let mut rng = crate::writer::Rng::new(knobs::next_noise_seed());
                 v.iter_mut().for_each(|x| *x = rng.uniform(8.0));
             }
-            if !nan && g.kind == GraphKind::Lmhead && i == 0 {
+            if !nan && logits && i == 0 {
                 // Deterministic logits: favour a token that depends on nothing but the graph.
                 v[(o.elems() / 7).min(o.elems() - 1)] = 1.0;
             }
@@ -392,6 +395,7 @@ fn run(
             let logits = w.project(&n);
             write(outs.values().next().ok_or("no output")?, &logits);
         }
+        GraphKind::Genie => run_genie(g, ins, outs)?,
         GraphKind::Prefill | GraphKind::Decode => {
             let decode = g.kind == GraphKind::Decode;
             let rows = if decode { 1 } else { g.seq };
@@ -484,6 +488,118 @@ fn run(
                     write(b, &v);
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// A Genie-named graph (FORMAT.md): AR = `seq` rows, `ctx` past slots.
+fn run_genie(
+    g: &EmuGraph,
+    ins: &HashMap<&str, Bound<'_>>,
+    outs: &HashMap<&str, Bound<'_>>,
+) -> Result<(), String> {
+    let w = &g.weights;
+    let c = &w.cfg;
+    let (ar, past, h, hd, nkv) = (g.seq, g.ctx, c.hidden, c.head_dim, c.n_kv_heads);
+    let half = hd / 2;
+    if hd == 0 || hd % 2 != 0 || ar == 0 {
+        return Err(format!(
+            "AR {ar} and head_dim {hd} cannot run (AR >= 1, even head_dim)"
+        ));
+    }
+    // Every input with the element count the math below indexes by.
+    let get_n = |n: &str, want: usize| {
+        let v = ins
+            .get(n)
+            .map(read)
+            .ok_or_else(|| format!("missing input {n}"))?;
+        if v.len() != want {
+            return Err(format!("{n} has {} elements, expected {want}", v.len()));
+        }
+        Ok(v)
+    };
+    let ids = get_n("input_ids", ar)?;
+    let embd = w.embd.as_ref().ok_or("no token_embd.weight")?;
+    let mut x = Vec::with_capacity(ar * h);
+    for &id in &ids {
+        let id = id as usize;
+        if id >= c.vocab {
+            return Err(format!("input_ids holds {id}, vocab is {}", c.vocab));
+        }
+        x.extend_from_slice(&embd[id * h..(id + 1) * h]);
+    }
+    // Genie's RoPE inputs hold half a row; the rotate-half table repeats it.
+    let full = |v: Vec<f32>| -> Vec<f32> {
+        v.chunks(half)
+            .flat_map(|r| r.iter().chain(r.iter()).copied().collect::<Vec<f32>>())
+            .collect()
+    };
+    let cos = full(get_n("position_ids_cos", ar * half)?);
+    let sin = full(get_n("position_ids_sin", ar * half)?);
+    let mask = get_n("attention_mask", ar * (past + ar))?;
+    let mut store = Vec::new();
+    for i in 0..c.n_layers {
+        // Keys come transposed, [n_kv, head_dim, past]: back to [n_kv, past, head_dim].
+        let kt = get_n(&format!("past_key_{i}_in"), nkv * hd * past)?;
+        let mut k = vec![0f32; kt.len()];
+        for hh in 0..nkv {
+            for d in 0..hd {
+                for p in 0..past {
+                    k[(hh * past + p) * hd + d] = kt[(hh * hd + d) * past + p];
+                }
+            }
+        }
+        store.push((k, get_n(&format!("past_value_{i}_in"), nkv * past * hd)?));
+    }
+    let views: Vec<KvView<'_>> = store
+        .iter()
+        .map(|(k, v)| KvView {
+            past_k: Some(k),
+            past_v: Some(v),
+            ctx: past,
+            layout: KvLayout::HeadMajor,
+        })
+        .collect();
+    let out = w.run_layers(
+        LayerIo {
+            x,
+            rows: ar,
+            cos: &cos,
+            sin: &sin,
+            mask: &mask,
+            self_visible: false,
+        },
+        &views,
+    );
+    let normed = w.final_norm(&out.y);
+    let lb = outs.get("logits").ok_or("missing output logits")?;
+    let rows = lb.spec.elems() / c.vocab.max(1);
+    if rows == 0 || rows > ar || rows * c.vocab != lb.spec.elems() {
+        return Err(format!(
+            "logits has {} elements for AR {ar}",
+            lb.spec.elems()
+        ));
+    }
+    let mut logits = Vec::with_capacity(rows * c.vocab);
+    for r in ar - rows..ar {
+        logits.extend(w.project(&normed[r * h..(r + 1) * h]));
+    }
+    write(lb, &logits);
+    for (i, (k, v)) in out.new_k.iter().zip(&out.new_v).enumerate() {
+        let mut kt = vec![0f32; k.len()];
+        for r in 0..ar {
+            for hh in 0..nkv {
+                for d in 0..hd {
+                    kt[(hh * hd + d) * ar + r] = k[(r * nkv + hh) * hd + d];
+                }
+            }
+        }
+        if let Some(b) = outs.get(format!("past_key_{i}_out").as_str()) {
+            write(b, &kt);
+        }
+        if let Some(b) = outs.get(format!("past_value_{i}_out").as_str()) {
+            write(b, &to_head_major(v, ar, nkv, hd));
         }
     }
     Ok(())

@@ -39,6 +39,8 @@ pub enum GraphKind {
     Prefill,
     Decode,
     Lmhead,
+    /// A Genie-named graph (see FORMAT.md): token ids in, logits and the step's K/V out.
+    Genie,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]

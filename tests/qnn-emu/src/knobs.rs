@@ -133,9 +133,14 @@ pub fn injected_failure(op: &str) -> Option<u64> {
         .map(|(_, _, code)| *code)
 }
 
-static EXEC_COUNT: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+static EXEC_COUNT: [AtomicU64; 4] = [
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+];
 
-/// Count an execution of a graph of `kind` (index 0..3); true if it must write NaN.
+/// Count an execution of a graph of `kind` (index 0..4); true if it must write NaN.
 pub fn nan_now(kind: &str, idx: usize) -> bool {
     let n = EXEC_COUNT[idx].fetch_add(1, Ordering::Relaxed);
     matches!(&get().nan, Some((k, at)) if k == kind && *at == n)

@@ -24,6 +24,8 @@ pub struct Weights {
     pub layers: Vec<Layer>,
     pub output_norm: Option<Vec<f32>>,
     pub lm: Option<Vec<f32>>,
+    /// `token_embd.weight`, loaded only for Genie graphs (they embed ids in-graph).
+    pub embd: Option<Vec<f32>>,
 }
 
 impl Weights {
@@ -82,16 +84,19 @@ impl Weights {
             Some(w) => Some(w),
             None => get("token_embd.weight", &[cfg.vocab, h])?,
         };
-        let needs_lm = p
-            .header
-            .graphs
-            .iter()
-            .any(|g| g.kind == crate::format::GraphKind::Lmhead);
-        let needs_norm = p
-            .header
-            .graphs
-            .iter()
-            .any(|g| g.final_norm || (g.kind == crate::format::GraphKind::Lmhead && g.norm));
+        use crate::format::GraphKind;
+        let genie = p.header.graphs.iter().any(|g| g.kind == GraphKind::Genie);
+        let needs_lm = genie || p.header.graphs.iter().any(|g| g.kind == GraphKind::Lmhead);
+        let needs_norm = genie
+            || p.header
+                .graphs
+                .iter()
+                .any(|g| g.final_norm || (g.kind == GraphKind::Lmhead && g.norm));
+        let embd = if genie {
+            Some(need("token_embd.weight", &[cfg.vocab, h])?)
+        } else {
+            None
+        };
         if needs_norm && output_norm.is_none() {
             return Err("a graph applies the final norm but output_norm.weight is missing".into());
         }
@@ -103,6 +108,7 @@ impl Weights {
             layers,
             output_norm,
             lm,
+            embd,
         })
     }
 }

@@ -432,6 +432,61 @@ pub fn write_bundle(dir: &Path, s: &SynthSpec) -> std::io::Result<PathBuf> {
     Ok(mpath)
 }
 
+/// Graph headers of a Genie-named graph (FORMAT.md `kind: genie`): `ar` tokens per step,
+/// context `cl` (past slots `cl - ar`), float32 I/O, the logits of every row.
+pub fn genie_graph(s: &SynthSpec, ar: usize, cl: usize) -> Value {
+    let t = |n: &str, d: &str, dims: &[usize]| json!({"name": n, "dtype": d, "dims": dims});
+    let (past, nkv, hd) = (cl - ar, s.n_kv_heads, s.head_dim);
+    let mut inputs = vec![
+        t("input_ids", "int32", &[1, ar]),
+        t("attention_mask", "f32", &[1, 1, ar, cl]),
+        t("position_ids_cos", "f32", &[1, 1, ar, hd / 2]),
+        t("position_ids_sin", "f32", &[1, 1, ar, hd / 2]),
+    ];
+    let mut outputs = vec![t("logits", "f32", &[1, 1, ar, s.vocab])];
+    for i in 0..s.n_layers {
+        inputs.push(t(&format!("past_key_{i}_in"), "f32", &[nkv, 1, hd, past]));
+        inputs.push(t(&format!("past_value_{i}_in"), "f32", &[nkv, 1, past, hd]));
+        outputs.push(t(&format!("past_key_{i}_out"), "f32", &[nkv, 1, hd, ar]));
+        outputs.push(t(&format!("past_value_{i}_out"), "f32", &[nkv, 1, ar, hd]));
+    }
+    json!({"name": format!("{}_ar{ar}_cl{cl}", s.name), "kind": "genie", "seq": ar, "ctx": past,
+           "inputs": inputs, "outputs": outputs})
+}
+
+/// Write a Genie bundle of the same weights as [`write_bundle`]'s into `dir`: one context
+/// binary holding a Genie-named graph per AR in `ars` (context `s.ctx`), the tokenizer and
+/// `genie_config.json` (no bos-token, so prompts match a manifest bundle's); returns the
+/// config path.
+pub fn write_genie_bundle(dir: &Path, s: &SynthSpec, ars: &[usize]) -> std::io::Result<PathBuf> {
+    std::fs::create_dir_all(dir)?;
+    let w = weights(s);
+    let graphs: Vec<Value> = ars.iter().map(|&ar| genie_graph(s, ar, s.ctx)).collect();
+    let bin = format!("{}_genie.bin", s.name);
+    write_atomic(&dir.join(&bin), &context_binary(s, &graphs, &w, |_| true))?;
+    write_atomic(
+        &dir.join("tokenizer.json"),
+        tiny_tokenizer_json().as_bytes(),
+    )?;
+    let cfg = json!({"dialog": {
+        "version": 1, "type": "basic",
+        "context": {"version": 1, "size": s.ctx, "n-vocab": s.vocab, "eos-token": s.eos},
+        "tokenizer": {"version": 1, "path": "tokenizer.json"},
+        "engine": {"version": 1, "n-threads": 1,
+            "backend": {"version": 1, "type": "QnnHtp",
+                "QnnHtp": {"version": 1, "kv-dim": s.head_dim}},
+            "model": {"version": 1, "type": "binary",
+                "binary": {"version": 1, "ctx-bins": [bin]},
+                "positional-encoding": {"type": "rope", "rope-dim": s.head_dim / 2,
+                    "rope-theta": s.rope_theta}}}}});
+    let path = dir.join("genie_config.json");
+    write_atomic(
+        &path,
+        serde_json::to_string_pretty(&cfg).expect("json").as_bytes(),
+    )?;
+    Ok(path)
+}
+
 /// The GPT-2 byte-to-character map used by byte-level BPE vocabularies.
 fn byte_chars() -> Vec<char> {
     let mut printable: Vec<u32> = ('!' as u32..='~' as u32).collect();

@@ -1,6 +1,7 @@
 //! Generated ids → text: the one place that decides what text is printed and saved.
 //!
-//! A [`TextSession`] runs one generation (a one-shot run, or one turn of `-i`) through the
+//! A [`TextDriver`] (a driver over the engine, holding no model state of its own) runs one
+//! generation (a one-shot run, or one turn of `-i`) through the
 //! engine and turns its tokens into text: streaming detokenization, stop strings (never
 //! printing text a stop string may still claim, cutting before the first match), the
 //! reasoning filter for stdout and the reasoning budget. The caller gets a [`TextTurn`]
@@ -38,16 +39,16 @@ pub struct TextTurn {
     pub saved: String,
 }
 
-pub struct TextSession<'t> {
+pub struct TextDriver<'t> {
     tok: &'t Tokenizer,
     opts: TextOptions,
     /// End tokens (kept out of the text when they end the run).
     eos: Vec<u32>,
 }
 
-impl<'t> TextSession<'t> {
-    pub fn new(tok: &'t Tokenizer, eos: &[u32], opts: TextOptions) -> TextSession<'t> {
-        TextSession {
+impl<'t> TextDriver<'t> {
+    pub fn new(tok: &'t Tokenizer, eos: &[u32], opts: TextOptions) -> TextDriver<'t> {
+        TextDriver {
             tok,
             opts,
             eos: eos.to_vec(),
