@@ -44,7 +44,9 @@ pub fn gbnf_to_lark(text: &str) -> String {
     // Copy quoted strings and character classes verbatim; rename identifiers elsewhere.
     while let Some(c) = chars.next() {
         match c {
-            '"' => {
+            '"' | '[' => {
+                // A quoted string or a character class, copied as it is.
+                let close = if c == '"' { '"' } else { ']' };
                 out.push(c);
                 while let Some(d) = chars.next() {
                     out.push(d);
@@ -52,20 +54,7 @@ pub fn gbnf_to_lark(text: &str) -> String {
                         if let Some(e) = chars.next() {
                             out.push(e);
                         }
-                    } else if d == '"' {
-                        break;
-                    }
-                }
-            }
-            '[' => {
-                out.push(c);
-                while let Some(d) = chars.next() {
-                    out.push(d);
-                    if d == '\\' {
-                        if let Some(e) = chars.next() {
-                            out.push(e);
-                        }
-                    } else if d == ']' {
+                    } else if d == close {
                         break;
                     }
                 }

@@ -10,17 +10,7 @@ use common::*;
 use std::path::PathBuf;
 
 fn bundle_dir() -> PathBuf {
-    let d = std::env::var_os("QHX_SMOLLM2_BUNDLE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bundles/smollm2")
-        });
-    assert!(
-        d.join("smollm2.json").is_file(),
-        "SmolLM2 bundle not found at {}: run scripts/build-bundle.sh (scripts/test.sh does)",
-        d.display()
-    );
-    d
+    smollm2_dir()
 }
 
 #[test]

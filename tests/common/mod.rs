@@ -181,3 +181,19 @@ pub fn assert_freed_child_first(t: &serde_json::Value, what: &str) {
     assert!(pos("free device") < pos("free backend"), "{what}: {ev:?}");
     assert!(pos("free backend") < pos("free log"), "{what}: {ev:?}");
 }
+
+/// The SmolLM2 emulator bundle (scripts/build-bundle.sh writes it; scripts/test.sh sets
+/// QHX_SMOLLM2_BUNDLE). A missing bundle is a failure, not a skip.
+pub fn smollm2_dir() -> PathBuf {
+    let d = std::env::var_os("QHX_SMOLLM2_BUNDLE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bundles/smollm2")
+        });
+    assert!(
+        d.join("smollm2.json").is_file(),
+        "SmolLM2 bundle not found at {}: run scripts/build-bundle.sh (scripts/test.sh does)",
+        d.display()
+    );
+    d
+}
