@@ -97,6 +97,23 @@ fn text_starts(chars: &mut std::iter::Peekable<std::str::Chars<'_>>, s: &str) ->
     ahead == s
 }
 
+/// JSON output on one line with `, ` and `: ` separators and no other whitespace, unless the
+/// schema sets llguidance's own `x-guidance` options: free whitespace lets a small model fill
+/// the token budget with newlines (seen on SmolLM2, greedy).
+fn with_json_layout(schema: &serde_json::Value) -> serde_json::Value {
+    let mut s = schema.clone();
+    if let Some(o) = s.as_object_mut() {
+        o.entry("x-guidance").or_insert_with(|| {
+            serde_json::json!({
+                "whitespace_flexible": false,
+                "item_separator": ", ",
+                "key_separator": ": "
+            })
+        });
+    }
+    s
+}
+
 /// The tokenizer's tokens as byte strings, ready for any number of constraints.
 pub struct Vocab {
     factory: ParserFactory,
@@ -168,7 +185,7 @@ impl Constraint {
     /// is an error here, before any token is generated.
     pub fn new(vocab: &Vocab, spec: &Spec) -> Result<Constraint> {
         let grammar = match spec {
-            Spec::JsonSchema(s) => TopLevelGrammar::from_json_schema(s.clone()),
+            Spec::JsonSchema(s) => TopLevelGrammar::from_json_schema(with_json_layout(s)),
             Spec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
         };
         let parser = vocab.factory.create_parser(grammar).map_err(gerr)?;
