@@ -107,7 +107,7 @@ xpy=$(scripts/qnn-libs.sh --python | tail -n 1)
 } 2>&1 | tee "$xlog" || xrc=$?
 # (grep finds nothing when nothing failed: `|| true` keeps set -e / pipefail from ending the run)
 xpassed=$(grep -E '^[0-9]+ passed' "$xlog" | tail -n 1 | sed -E 's/^([0-9]+) passed.*/\1/' || true)
-xfailed=$(grep -E '[0-9]+ failed' "$xlog" | tail -n 1 | sed -E 's/^.*[^0-9]([0-9]+) failed.*/\1/' || true)
+xfailed=$(grep -oE '[0-9]+ failed' "$xlog" | tail -n 1 | cut -d' ' -f1 || true)
 if [[ -z "$xpassed" || "$xpassed" -eq 0 ]]; then
     echo "test.sh: the exporter's pytest suite ran no test" >&2
     xrc=1
