@@ -92,7 +92,7 @@ fn cold_start(manifest: &Path, root: &Path, lib: &Path) -> Vec<(&'static str, f6
 }
 
 fn measure(
-    model: &Model,
+    model: &std::sync::Arc<Model>,
     sampling: SamplerConfig,
     steps: usize,
 ) -> (Vec<(&'static str, f64)>, f64, usize) {
@@ -219,7 +219,9 @@ pub fn run(args: Vec<String>) {
                     colds.push((shape, cold_start(&manifest, &sdir, &lib)));
                 }
                 let m = Manifest::load(&manifest, &sdir).expect("manifest");
-                let model = Model::load(m, &lib, &lib, &LoadOptions::default()).expect("load");
+                let model = std::sync::Arc::new(
+                    Model::load(m, &lib, &lib, &LoadOptions::default()).expect("load"),
+                );
                 for (sname, sp) in &samplers {
                     let sname = *sname;
                     let (comps, exec, bytes) = measure(&model, sp.clone(), steps);

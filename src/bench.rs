@@ -248,7 +248,7 @@ fn bench_ids(n: usize, vocab: usize) -> Vec<u32> {
 }
 
 /// Time one run: prefill of `ids` (pp) or `n_gen` decode steps after one token (tg).
-fn time_once(engine: &mut Engine<'_>, cfg: &BenchConfig, ids: &[u32], n_gen: usize) -> Result<u64> {
+fn time_once(engine: &mut Engine, cfg: &BenchConfig, ids: &[u32], n_gen: usize) -> Result<u64> {
     engine.reset();
     let gen = GenConfig {
         ignore_eos: true,
@@ -279,7 +279,7 @@ fn time_once(engine: &mut Engine<'_>, cfg: &BenchConfig, ids: &[u32], n_gen: usi
 /// Run every test of `cfg`, printing each row as it ends. Returns the rows (fewer when
 /// cancelled).
 pub fn run(
-    engine: &mut Engine<'_>,
+    engine: &mut Engine,
     cfg: &BenchConfig,
     info: &RunInfo,
     tests: &[(usize, usize)],

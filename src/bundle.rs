@@ -239,24 +239,27 @@ pub fn device_arch(backend: &Path, system: &Path) -> Result<Option<u32>> {
 }
 
 /// A loaded bundle: contexts created, tokenizer ready.
+/// Cheap to clone: the model is shared (`Arc`), and every [`Engine`] made from it holds
+/// its own reference, so sessions may outlive the `Loaded` value and move between threads.
+#[derive(Clone)]
 pub enum Loaded {
-    Manifest(Box<Model>),
-    Genie(Box<GenieModel>),
+    Manifest(Arc<Model>),
+    Genie(Arc<GenieModel>),
 }
 
 impl Loaded {
     pub fn load(spec: &Spec, backend: &Path, system: &Path, opts: &LoadOptions) -> Result<Loaded> {
         Ok(match spec {
             Spec::Manifest(m) => {
-                Loaded::Manifest(Box::new(Model::load((**m).clone(), backend, system, opts)?))
+                Loaded::Manifest(Arc::new(Model::load((**m).clone(), backend, system, opts)?))
             }
-            Spec::Genie { config, root, .. } => Loaded::Genie(Box::new(GenieModel::load(
+            Spec::Genie { config, root, .. } => Loaded::Genie(Arc::new(GenieModel::load(
                 config, root, backend, system, opts,
             )?)),
         })
     }
 
-    pub fn engine(&self) -> Result<Engine<'_>> {
+    pub fn engine(&self) -> Result<Engine> {
         match self {
             Loaded::Manifest(m) => Engine::new(m),
             Loaded::Genie(g) => Engine::genie(g),

@@ -14,6 +14,7 @@ use crate::qnn::{Binding, PairedBindings};
 use crate::sampler;
 use crate::stats::Stats;
 use serde::Serialize;
+use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -137,8 +138,8 @@ pub enum Next {
     Stop(FinishReason),
 }
 
-pub struct Engine<'m> {
-    graphs: Graphs<'m>,
+pub struct Engine {
+    graphs: Graphs,
     /// End tokens, the context the cache holds, and the load time (for stats).
     eos: Vec<u32>,
     max_ctx: usize,
@@ -164,13 +165,13 @@ pub struct Engine<'m> {
 
 /// The graph side of the loop: a manifest bundle's prefill / decode / lm-head graphs, or a
 /// Genie bundle's variants (see [`crate::genie`]).
-enum Graphs<'m> {
-    Bundle(Box<BundleGraphs<'m>>),
-    Genie(Box<GenieRunner<'m>>),
+enum Graphs {
+    Bundle(Box<BundleGraphs>),
+    Genie(Box<GenieRunner>),
 }
 
-struct BundleGraphs<'m> {
-    m: &'m Model,
+struct BundleGraphs {
+    m: Arc<Model>,
     rope: RopeTable,
     /// Prefill and decode bindings; a chunked prefill's past inputs share the decode cache.
     bind: PairedBindings,
@@ -178,10 +179,10 @@ struct BundleGraphs<'m> {
     hidden: Vec<f32>,
 }
 
-impl<'m> Engine<'m> {
+impl Engine {
     /// Build the bindings (fails only if a chunked prefill's past inputs cannot share the
     /// decode cache, which model loading already checks).
-    pub fn new(m: &'m Model) -> Result<Engine<'m>> {
+    pub fn new(m: &Arc<Model>) -> Result<Engine> {
         let p = &m.manifest.params;
         let prefill_rows = m.prefill.as_ref().map_or(0, |p| p.io.rows);
         // A chunk at the last cache slots still reads P rows of the table.
@@ -204,20 +205,22 @@ impl<'m> Engine<'m> {
         )?;
         let rope = RopeTable::new(p.rope_theta, p.head_dim, positions, p.rope_scaling.as_ref());
         let formula = m.decode_bytes_formula;
+        let lm = Binding::for_graph(&m.lmhead.graph, &m.lmhead.desc)?;
+        let (eos, max_ctx, load_ms, vocab) = (m.eos.clone(), m.max_ctx, m.load_ms, p.vocab);
         let graphs = Graphs::Bundle(Box::new(BundleGraphs {
-            m,
+            m: Arc::clone(m),
             rope,
             bind,
-            lm: Binding::for_graph(&m.lmhead.graph, &m.lmhead.desc)?,
+            lm,
             hidden: vec![0.0; p.hidden],
         }));
-        let mut e = Engine::with(graphs, m.eos.clone(), m.max_ctx, m.load_ms, p.vocab);
+        let mut e = Engine::with(graphs, eos, max_ctx, load_ms, vocab);
         e.decode_bytes_formula = formula;
         Ok(e)
     }
 
     /// An engine over a Genie bundle's graphs.
-    pub fn genie(g: &'m GenieModel) -> Result<Engine<'m>> {
+    pub fn genie(g: &Arc<GenieModel>) -> Result<Engine> {
         let graphs = Graphs::Genie(Box::new(GenieRunner::new(g)?));
         Ok(Engine::with(
             graphs,
@@ -228,7 +231,7 @@ impl<'m> Engine<'m> {
         ))
     }
 
-    fn with(graphs: Graphs<'m>, eos: Vec<u32>, max_ctx: usize, load_ms: f64, vocab: usize) -> Self {
+    fn with(graphs: Graphs, eos: Vec<u32>, max_ctx: usize, load_ms: f64, vocab: usize) -> Self {
         let mut e = Engine {
             graphs,
             eos,
@@ -409,7 +412,7 @@ impl<'m> Engine<'m> {
                 self.pos = g.pos();
                 return Ok(go && !cancel.is_cancelled());
             }
-            Graphs::Bundle(q) => q.m,
+            Graphs::Bundle(q) => Arc::clone(&q.m),
         };
         let mut i = 0;
         if let Some(pre) = &m.prefill {
@@ -446,7 +449,7 @@ impl<'m> Engine<'m> {
         let Graphs::Bundle(q) = &mut self.graphs else {
             unreachable!("prefill graphs belong to manifest bundles")
         };
-        let m = q.m;
+        let m = Arc::clone(&q.m);
         let io = &g.io;
         let p = &m.manifest.params;
         let (h, rows, pos0) = (p.hidden, io.rows, self.pos);
@@ -511,7 +514,7 @@ impl<'m> Engine<'m> {
             }
             Graphs::Bundle(q) => q,
         };
-        let m = q.m;
+        let m = Arc::clone(&q.m);
         let (g, io) = (&m.decode, &m.decode.io);
         let p = self.pos;
         let dshape = io.past_shape.expect("decode graphs have past inputs");
@@ -674,3 +677,13 @@ impl Clock {
 fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
 }
+
+// A session may be handed to another thread (the C API, a server's worker pool): keep it
+// `Send`. The model it shares must be `Send + Sync`.
+const _: () = {
+    const fn send<T: Send>() {}
+    const fn shared<T: Send + Sync>() {}
+    send::<Engine>();
+    shared::<Model>();
+    shared::<GenieModel>();
+};

@@ -373,6 +373,11 @@ pub struct LoadOptions {
     /// Checked before the backend starts and between contexts: a cancelled load stops
     /// with [`Error::Cancelled`], freeing what it created.
     pub cancel: crate::cancel::CancelToken,
+    /// Load onto this open runtime (its libraries, backend, device, performance vote and
+    /// rpcmem) instead of opening one: several models then share one backend, as the C
+    /// API's one runtime per process does. The backend / system paths and `perf`,
+    /// `log_level` and `rpcmem_lib` are then the runtime's, not these.
+    pub runtime: Option<Arc<Runtime>>,
 }
 
 /// How contexts are created from a bundle's binaries.
@@ -440,6 +445,7 @@ impl Default for LoadOptions {
             progress: None,
             context_load: ContextLoad::default(),
             cancel: crate::cancel::CancelToken::new(),
+            runtime: None,
         }
     }
 }
@@ -552,6 +558,13 @@ pub(crate) fn open_runtime(
     system: &Path,
     opts: &LoadOptions,
 ) -> Result<(Arc<Runtime>, Option<String>, Vec<String>)> {
+    if let Some(rt) = &opts.runtime {
+        let note = match (&rt.rpcmem, rt.zero_copy_refused()) {
+            (None, _) => Some("not loaded by the shared runtime".to_string()),
+            (Some(_), refused) => refused.map(str::to_string),
+        };
+        return Ok((Arc::clone(rt), note, Vec::new()));
+    }
     let mut warnings = Vec::new();
     let mut rt = match sys {
         Some(sys) => Runtime::with_system(sys, backend, opts.log_level)?,

@@ -77,10 +77,11 @@ fn rss_is_flat_over_200_generations_and_200_turns() {
     let (dir, m) = common::bundle("rss", &SynthSpec::default());
     let lib = common::emu();
     let manifest = Manifest::load(&m, &dir).unwrap();
-    let model = Model::load(manifest, &lib, &lib, &LoadOptions::default()).unwrap();
+    let model =
+        std::sync::Arc::new(Model::load(manifest, &lib, &lib, &LoadOptions::default()).unwrap());
     let cfg = GenConfig::greedy(8);
     let prompts = ["hello there", "a", "the quick brown fox", "rss"];
-    let run = |engine: &mut Engine<'_>, i: usize| {
+    let run = |engine: &mut Engine, i: usize| {
         let ids = model
             .tokenizer
             .encode(

@@ -677,6 +677,7 @@ impl Request {
                 } else {
                     ContextLoad::Serial
                 },
+                runtime: None,
             },
             verbose: args.verbose,
             quiet: args.quiet,

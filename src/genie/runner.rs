@@ -9,9 +9,10 @@ use crate::error::{Error, Result};
 use crate::ops::rope::RopeTable;
 use crate::qnn::{Binding, TensorDesc};
 use qnn_sys::dtype;
+use std::sync::Arc;
 
-pub struct GenieRunner<'m> {
-    m: &'m GenieModel,
+pub struct GenieRunner {
+    m: Arc<GenieModel>,
     /// bindings[variant][split]
     bindings: Vec<Vec<Binding>>,
     rope: RopeTable,
@@ -25,8 +26,8 @@ pub struct GenieRunner<'m> {
     pub allow_nonfinite: bool,
 }
 
-impl<'m> GenieRunner<'m> {
-    pub fn new(m: &'m GenieModel) -> Result<GenieRunner<'m>> {
+impl GenieRunner {
+    pub fn new(m: &Arc<GenieModel>) -> Result<GenieRunner> {
         let mut bindings = Vec::new();
         for v in &m.variants {
             let mut bs = Vec::new();
@@ -44,7 +45,7 @@ impl<'m> GenieRunner<'m> {
         );
         let pad = m.cfg.pad.or(m.cfg.eos.first().copied()).unwrap_or(0);
         let mut r = GenieRunner {
-            m,
+            m: Arc::clone(m),
             bindings,
             rope,
             pos: 0,
@@ -112,7 +113,7 @@ impl<'m> GenieRunner<'m> {
 
     /// One execution of variant `vi` over `chunk` (at most AR tokens) at `self.pos`.
     fn step(&mut self, vi: usize, chunk: &[u32]) -> Result<()> {
-        let m = self.m;
+        let m = Arc::clone(&self.m);
         let v = &m.variants[vi];
         let k = chunk.len();
         let cap = v.past.min(m.cfg.ctx_size);
@@ -246,7 +247,7 @@ impl<'m> GenieRunner<'m> {
 
     /// Copy the cache (slots [0, pos)) from variant `a`'s past inputs to variant `b`'s.
     fn move_cache(&mut self, a: usize, b: usize) -> Result<()> {
-        let m = self.m;
+        let m = Arc::clone(&self.m);
         let (va, vb) = (&m.variants[a], &m.variants[b]);
         let (n_kv, hd, pos) = (m.n_kv, m.head_dim, self.pos);
         if pos == 0 {

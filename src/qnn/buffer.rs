@@ -190,13 +190,25 @@ pub struct Binding {
     graph: Option<usize>,
 }
 
+// SAFETY: every pointer in the tensor structs points at heap memory the binding owns
+// (names, dims, host or rpcmem buffers) or, for an aliased input, at a buffer of the other
+// binding of the same `PairedBindings`, which moves with it; moving the struct moves none
+// of them. The quantize params' pointers are never dereferenced (see `binary.rs`). Memory
+// handles are process-wide, not tied to the creating thread. Not `Sync`: executing needs
+// `&mut Binding`.
+unsafe impl Send for Binding {}
+
 impl Drop for Binding {
     fn drop(&mut self) {
         if let (Some(ctx), false) = (&self.ctx, self.mem.is_empty()) {
             if let Some(f) = ctx.runtime().backend().table.mem_de_register {
                 // SAFETY: handles registered by `for_graph` with this context, freed once;
                 // the graph is not executing (we hold &mut self).
-                let _ = unsafe { f(self.mem.as_ptr(), self.mem.len() as u32) };
+                let s = unsafe { f(self.mem.as_ptr(), self.mem.len() as u32) };
+                let what = || format!("deregistering the I/O memory of graph {}", self.desc.name);
+                if let Err(e) = super::check(s, what) {
+                    ctx.runtime().record_release_error(e);
+                }
             }
         }
         // Fields drop next: buffers (rpcmem_free), then the context Arc.

@@ -93,7 +93,12 @@ impl Drop for Context {
         if let Some(f) = self.rt.backend().table.context_free {
             // SAFETY: a live context handle, freed once; its graphs hold an Arc to this
             // context, so none can be executed afterwards.
-            let _ = unsafe { f(self.handle, std::ptr::null_mut()) };
+            let s = unsafe { f(self.handle, std::ptr::null_mut()) };
+            if let Err(e) = check(s, || {
+                format!("freeing the context of {}", self.bin.display())
+            }) {
+                self.rt.record_release_error(e);
+            }
         }
     }
 }
@@ -108,6 +113,13 @@ pub struct Graph {
     /// single-threaded loop: one atomic swap per execute).
     running: std::sync::Mutex<()>,
 }
+
+// SAFETY: a graph handle may be used from any thread (QNN handles are process-wide); the
+// context it belongs to is kept alive by `ctx`, and executions are serialised by `running`,
+// so sharing `&Graph` between threads cannot run one graph twice at once.
+unsafe impl Send for Graph {}
+// SAFETY: as above.
+unsafe impl Sync for Graph {}
 
 impl Graph {
     /// The graph's handle as an identity (bindings record which graph they were built for).

@@ -33,6 +33,14 @@ pub fn last_error_line() -> Option<String> {
     LAST_ERROR.with(|e| e.borrow().clone())
 }
 
+pub(crate) fn discard_last_error() {
+    LAST_ERROR.with(|e| {
+        if let Ok(mut slot) = e.try_borrow_mut() {
+            *slot = None;
+        }
+    });
+}
+
 pub(crate) fn take_last_error() -> Option<String> {
     LAST_ERROR.with(|e| e.borrow_mut().take())
 }

@@ -55,6 +55,9 @@ pub fn hint_for(code: u16) -> Option<&'static str> {
 pub(crate) fn check(status: u64, step: impl FnOnce() -> String) -> Result<()> {
     let s = QnnStatus(status);
     if s.is_ok() {
+        // An ERROR line logged by a call that then succeeded (a warning-grade complaint)
+        // must not be quoted by this thread's next, unrelated failure.
+        log::discard_last_error();
         return Ok(());
     }
     let mut hint = hint_for(s.code()).map(str::to_string);

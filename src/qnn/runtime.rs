@@ -27,13 +27,29 @@ pub struct Runtime {
     pub(crate) rpcmem: Option<super::rpcmem::RpcMem>,
     /// Why zero-copy I/O was given up after rpcmem loaded (set once, by the first refusal).
     zero_copy_refused: std::sync::OnceLock<String>,
+    /// Failures of context / memory-handle release calls made while the runtime lived
+    /// (a `Drop` cannot return them); printed when the runtime itself is dropped.
+    release_errors: std::sync::Mutex<Vec<String>>,
 }
 
-// SAFETY: the handles are used from one thread at a time (the engine is single-threaded;
-// parallel context creation passes `&Runtime` only to QNN calls documented as thread-safe).
+// SAFETY: the log, backend and device handles are process-wide and not tied to the thread
+// that created them; after creation they are only passed to QNN calls that take them by
+// value (context creation, memRegister, frees), which backends accept from any thread.
+// Graph executions are serialised per graph (`Graph::running`).
 unsafe impl Send for Runtime {}
-// SAFETY: as above; no interior mutation.
+// SAFETY: as above; the only state mutated through `&Runtime` sits behind a `OnceLock` or
+// a `Mutex`.
 unsafe impl Sync for Runtime {}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("device_facts", &self.device_facts)
+            .field("perf_mode", &self.perf_mode)
+            .field("rpcmem", &self.rpcmem.is_some())
+            .finish_non_exhaustive()
+    }
+}
 
 impl Runtime {
     /// Load both libraries, create log, backend and device.
@@ -61,6 +77,7 @@ impl Runtime {
             perf_mode: super::perf::PerfMode::Default,
             rpcmem: None,
             zero_copy_refused: std::sync::OnceLock::new(),
+            release_errors: Default::default(),
         };
         let t = rt.backend_lib.table;
         let lib = rt.backend_lib.path.display().to_string();
@@ -232,6 +249,23 @@ impl Runtime {
         &self.system_lib
     }
 
+    /// Record a failed release (context or memory-handle free) made by a `Drop`.
+    pub(crate) fn record_release_error(&self, e: Error) {
+        self.release_errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(e.to_string());
+    }
+
+    /// Release failures recorded so far (oldest first). They are also printed to stderr,
+    /// one warning line each, when the runtime is dropped.
+    pub fn release_errors(&self) -> Vec<String> {
+        self.release_errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     pub(crate) fn backend_handle(&self) -> QnnBackendHandle {
         self.backend
     }
@@ -243,32 +277,46 @@ impl Runtime {
 
 impl Drop for Runtime {
     /// Device, backend, then log: the reverse of creation. Contexts hold an `Arc<Runtime>`,
-    /// so they are already gone. Release errors are ignored: nothing can be done about them.
+    /// so they are already gone. A failed release cannot be returned from here; it is
+    /// printed as a warning with the ones the contexts and bindings recorded, not dropped.
     fn drop(&mut self) {
+        let mut failed = std::mem::take(
+            self.release_errors
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        let mut note = |s: u64, what: &str| {
+            if let Err(e) = check(s, || what.to_string()) {
+                failed.push(e.to_string());
+            }
+        };
         if let Some((p, id)) = self.vote.take() {
             if let Some(destroy) = p.destroy_power_config_id {
                 // SAFETY: an id created by set_perf, destroyed once, before the device.
-                let _ = unsafe { destroy(id) };
+                note(unsafe { destroy(id) }, "removing the performance vote");
             }
         }
         let t = &self.backend_lib.table;
         if !self.device.is_null() {
             if let Some(f) = t.device_free {
                 // SAFETY: a live device handle, freed once.
-                let _ = unsafe { f(self.device) };
+                note(unsafe { f(self.device) }, "freeing the QNN device");
             }
         }
         if !self.backend.is_null() {
             if let Some(f) = t.backend_free {
                 // SAFETY: a live backend handle, freed once.
-                let _ = unsafe { f(self.backend) };
+                note(unsafe { f(self.backend) }, "freeing the QNN backend");
             }
         }
         if !self.log.is_null() {
             if let Some(f) = t.log_free {
                 // SAFETY: a live log handle, freed once.
-                let _ = unsafe { f(self.log) };
+                note(unsafe { f(self.log) }, "freeing the QNN log");
             }
+        }
+        for e in failed {
+            eprintln!("qhx: warning: {e}");
         }
     }
 }

@@ -12,7 +12,7 @@ use qhx::ops::convert::TypedMut;
 use qhx::ops::embed::EmbedTable;
 use qhx::qnn::{self, SystemLibrary};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 fn emu_lib() -> PathBuf {
     PathBuf::from(
@@ -108,9 +108,9 @@ pub fn embed(data: &[u8]) {
 
 /// The model of the prompt target, loaded once per thread (libFuzzer runs one) and kept
 /// for the process lifetime. `Model` holds QNN handles and is not `Sync`.
-fn prompt_model() -> &'static Model {
+fn prompt_model() -> &'static Arc<Model> {
     thread_local! {
-        static M: &'static Model = Box::leak(Box::new(load_prompt_model()));
+        static M: &'static Arc<Model> = Box::leak(Box::new(Arc::new(load_prompt_model())));
     }
     M.with(|m| *m)
 }
@@ -145,7 +145,7 @@ pub fn prompt(data: &[u8]) {
     // One engine per thread, reset per input (as an interactive session does); fresh
     // engines are covered by the RSS test.
     thread_local! {
-        static ENGINE: std::cell::RefCell<Option<Engine<'static>>> =
+        static ENGINE: std::cell::RefCell<Option<Engine>> =
             const { std::cell::RefCell::new(None) };
     }
     ENGINE.with(|cell| {
@@ -156,7 +156,7 @@ pub fn prompt(data: &[u8]) {
     });
 }
 
-fn run_prompt(model: &Model, engine: &mut Engine<'_>, ids: &[u32], n: usize) {
+fn run_prompt(model: &Model, engine: &mut Engine, ids: &[u32], n: usize) {
     let cfg = GenConfig {
         allow_nonfinite: true,
         ..GenConfig::greedy(n)

@@ -49,6 +49,10 @@ pub fn log(level: u32, msg: &str) {
     // SAFETY: the callback has the QnnLog_Callback_t signature; `fmt` is NUL-terminated and
     // has no conversion specifiers, so the (zeroed) va_list is never dereferenced.
     unsafe { cb(fmt.as_ptr(), level, 0, dummy_va.as_mut_ptr() as *mut c_void) };
+    let pause = crate::knobs::get().log_delay_ms;
+    if level == log_level::ERROR && pause > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(pause));
+    }
 }
 
 unsafe extern "C" fn property_has_capability(key: u32) -> QnnErrorHandle {
@@ -323,6 +327,12 @@ unsafe extern "C" fn context_free(
     crate::exec::release_context_mem(h as usize);
     // SAFETY: registry-confirmed Box<EmuContext> from context_create_from_binary.
     drop(unsafe { Box::from_raw(h as *mut EmuContext) });
+    // An injected failure is reported after the context is gone, so the leak checks that
+    // count live handles still hold; the caller only sees the status.
+    if let Some(code) = knobs::injected_failure("contextFree") {
+        log(log_level::ERROR, "qnn-emu: injected contextFree failure");
+        return code;
+    }
     0
 }
 

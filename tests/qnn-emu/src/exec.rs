@@ -277,7 +277,10 @@ pub unsafe extern "C" fn graph_execute(
     if let Some(code) = knobs::injected_failure("graphExecute") {
         log(
             log_level::ERROR,
-            &format!("qnn-emu: injected graphExecute failure {code}"),
+            &format!(
+                "qnn-emu: injected graphExecute failure {code} in {}",
+                g.name
+            ),
         );
         return code;
     }

@@ -24,6 +24,10 @@ pub struct Knobs {
     /// Milliseconds each contextCreateFromBinary sleeps first (QNN_EMU_LOAD_DELAY_MS), to
     /// land a signal while a bundle loads.
     pub load_delay_ms: u64,
+    /// Milliseconds the emulator sleeps after handing an ERROR line to the log callback
+    /// (QNN_EMU_LOG_DELAY_MS), widening the window in which another thread's line could be
+    /// mistaken for this call's.
+    pub log_delay_ms: u64,
     /// Print a banner on stdout through C stdio at backendCreate, as the real x86 HTP
     /// backend does (QNN_EMU_STDOUT, default on; 0 turns it off).
     pub stdout_banner: bool,
@@ -102,6 +106,9 @@ pub fn get() -> &'static Knobs {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0),
             load_delay_ms: env("QNN_EMU_LOAD_DELAY_MS")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            log_delay_ms: env("QNN_EMU_LOG_DELAY_MS")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0),
             stdout_banner: env("QNN_EMU_STDOUT").is_none_or(|v| v != "0"),

@@ -9,7 +9,8 @@
 //! * `QNN_EMU_CORE_API=2.7.0`, `QNN_EMU_SYSTEM_API=1.0.0`: versions the providers report.
 //! * `QNN_EMU_FAIL=op[@n]=code,...`: make call `n` (0-based; every call without `@n`) of
 //!   `op` fail with `code` (ops: backendCreate, deviceCreate, contextCreateFromBinary,
-//!   graphRetrieve, graphExecute, getBinaryInfo).
+//!   graphRetrieve, graphExecute, getBinaryInfo, contextFree).
+//! * `QNN_EMU_LOG_DELAY_MS=n`: sleep n ms after each ERROR line reaches the log callback.
 //! * `QNN_EMU_NAN=kind@n`: the n-th (0-based) execution of a graph of `kind`
 //!   (prefill | decode | lmhead) writes NaN outputs.
 //! * `QNN_EMU_NULL_COMPUTE=1`: validate arguments, skip the math.
