@@ -43,6 +43,19 @@ real_stages() {
         rfailed=$((${rfailed:-0} + 1))  # counted, so the closing line cannot read "0 failed"
     fi
 
+    echo "== C API on the real backend (SDK call order, raw text: tiny Qwen2 + tiny Llama-3)"
+    qlibs=$(scripts/qnn-libs.sh | tail -n 1)
+    calog=$tmp/capi-real.log
+    carc=0
+    CAPI_OUT=target/capi-real CAPI_MODE=basic LD_LIBRARY_PATH="$qlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" tests/capi/run.sh \
+        "$qlibs/libQnnHtp.so" "$qlibs/libQnnSystem.so" \
+        "$real/qwen2-fp16-past-head_major/tiny_qwen2.json" "$real/llama3-fp16-past/tiny_llama3.json" \
+        2>&1 | tee "$calog" || carc=$?
+    grep -q '^capi_test: all passed' "$calog" || carc=1
+    rpassed=$((${rpassed:-0} + $(grep -c '^ok ' "$calog" || true)))
+    rfailed=$((${rfailed:-0} + $(grep -c '^FAIL ' "$calog" || true) + (carc != 0 ? 1 : 0)))
+    [[ $carc -eq 0 ]] || rrc=1
+
     echo "== Genie interop: libGenie.so and qhx_generate on the same Genie bundles"
     t_genie=$SECONDS
     genie_dirs=("$real"/genie-*/)
@@ -115,6 +128,21 @@ fi
 ppassed=$((ppassed + ${xpassed:-0}))
 pfailed=$((pfailed + ${xfailed:-0} + (xrc != 0 && ${xfailed:-0} == 0 ? 1 : 0)))
 [[ $xrc -eq 0 ]] || prc=1
+
+echo "== C API (libqhx.a + tests/capi/capi_test.c: SmolLM2 and tiny Llama-3 on the emulator, then ASan)" >&2
+clog=$tmp/capi.log
+crc2=0
+tests/capi/run.sh 2>&1 | tee "$clog" || crc2=$?
+cpassed=$(grep -c '^ok ' "$clog" || true)
+cfailed=$(grep -c '^FAIL ' "$clog" || true)
+# Two runs (plain, ASan) must each end with their own "all passed" line.
+if [[ $(grep -c '^capi_test: all passed' "$clog" || true) -ne 2 ]]; then
+    echo "test.sh: the C API test did not pass twice (plain and ASan)" >&2
+    crc2=1
+fi
+ppassed=$((ppassed + cpassed))
+pfailed=$((pfailed + cfailed + (crc2 != 0 && cfailed == 0 ? 1 : 0)))
+[[ $crc2 -eq 0 ]] || prc=1
 
 echo "== bundle-shape matrix (prefill window/chunked/none x pos/head-major KV x f32/f16/ufixed16)" >&2
 matrix=$(QHX_MATRIX=${QHX_MATRIX:-ci} scripts/build-matrix.sh)

@@ -6,28 +6,70 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// A shared cancellation flag; clones observe the same flag.
-#[derive(Debug, Clone, Default)]
-pub struct CancelToken(Arc<AtomicBool>);
+/// A question asked at every check: "should this run stop?" (e.g. an app's callback).
+pub type Poll = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// A shared cancellation flag; clones observe the same flag (and the same poll).
+#[derive(Clone, Default)]
+pub struct CancelToken {
+    flag: Arc<AtomicBool>,
+    poll: Option<Poll>,
+}
+
+impl std::fmt::Debug for CancelToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CancelToken")
+            .field("cancelled", &self.flag.load(Ordering::Relaxed))
+            .field("poll", &self.poll.is_some())
+            .finish()
+    }
+}
 
 impl CancelToken {
     pub fn new() -> CancelToken {
         CancelToken::default()
     }
 
-    /// Ask the run to stop after its current graph call (one atomic store).
-    pub fn cancel(&self) {
-        self.0.store(true, Ordering::SeqCst);
+    /// A token that is also cancelled once `poll` answers true; `poll` runs on the thread
+    /// doing the work, at every check (between graph calls and prefill chunks).
+    pub fn with_poll(poll: Poll) -> CancelToken {
+        CancelToken {
+            flag: Arc::default(),
+            poll: Some(poll),
+        }
     }
 
-    /// Whether a stop was asked for and not reset since.
+    /// A token sharing this one's flag (a `cancel` on either stops both) that is also
+    /// cancelled once `poll` answers true.
+    pub fn and_poll(&self, poll: Poll) -> CancelToken {
+        CancelToken {
+            flag: Arc::clone(&self.flag),
+            poll: Some(poll),
+        }
+    }
+
+    /// Ask the run to stop after its current graph call (one atomic store).
+    pub fn cancel(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a stop was asked for (or the poll said so) and not reset since.
     pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        if self.flag.load(Ordering::SeqCst) {
+            return true;
+        }
+        match &self.poll {
+            Some(p) if p() => {
+                self.cancel();
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Forget a request, so the next run starts uncancelled.
     pub fn reset(&self) {
-        self.0.store(false, Ordering::SeqCst);
+        self.flag.store(false, Ordering::SeqCst);
     }
 }
 
@@ -48,5 +90,22 @@ mod tests {
         let c = CancelToken::new();
         a.cancel();
         assert!(!c.is_cancelled());
+    }
+
+    #[test]
+    fn a_poll_that_says_stop_cancels_and_sticks_until_reset() {
+        let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let n = asked.clone();
+        let t = CancelToken::with_poll(std::sync::Arc::new(move || {
+            n.fetch_add(1, std::sync::atomic::Ordering::SeqCst) >= 2
+        }));
+        assert!(!t.is_cancelled());
+        assert!(!t.is_cancelled());
+        assert!(t.is_cancelled());
+        // Sticky: no further polls once cancelled.
+        assert!(t.clone().is_cancelled());
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 3);
+        t.reset();
+        assert!(t.is_cancelled(), "the poll still says stop");
     }
 }

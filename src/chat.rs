@@ -163,6 +163,17 @@ impl ChatTemplate {
 
     /// Render `messages` as HF `apply_chat_template(..., tokenize=False)` does.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        self.render_with(messages, add_generation_prompt, None)
+    }
+
+    /// [`ChatTemplate::render`] with `enable_thinking` set for the template (as HF passes
+    /// extra keyword arguments), when given; templates that do not read it ignore it.
+    pub fn render_with(
+        &self,
+        messages: &[Message],
+        add_generation_prompt: bool,
+        enable_thinking: Option<bool>,
+    ) -> Result<String> {
         let mut env = minijinja::Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
@@ -193,13 +204,17 @@ impl ChatTemplate {
         };
         env.add_template("chat", &self.source).map_err(err)?;
         let t = env.get_template("chat").map_err(err)?;
-        t.render(minijinja::context! {
+        let base = minijinja::context! {
             messages => messages,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
             add_generation_prompt => add_generation_prompt,
-        })
-        .map_err(err)
+        };
+        let ctx = match enable_thinking {
+            Some(on) => minijinja::context! { enable_thinking => on, ..base },
+            None => base,
+        };
+        t.render(ctx).map_err(err)
     }
 
     /// Render and tokenize (no special tokens added: the template carries them).

@@ -20,7 +20,7 @@
 use crate::chat::{ChatTemplate, Message};
 use crate::engine::{Engine, FinishReason, GenConfig};
 use crate::error::{Error, Result};
-use crate::text::TextDriver;
+use crate::text::{TextDriver, TextSink, WriteSink};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
@@ -230,7 +230,7 @@ pub fn run(
             &cfg,
             opts.cfg.n_tokens,
             0.0,
-            Some(&mut out as &mut dyn Write),
+            Some(&mut WriteSink(&mut out) as &mut dyn TextSink),
         )?;
         let o = &turn.output;
         let finish = turn.finish;

@@ -469,8 +469,17 @@ impl Model {
         // Graph names and I/O need only libQnnSystem: a wrong name or shape is reported
         // before the backend starts and any context is created.
         progress("graph metadata");
-        let sys = qnn::SystemLibrary::load(system)?;
-        let infos = read_infos(&m, &sys)?;
+        // On a shared runtime its system library reads them; otherwise ours, kept for the
+        // runtime opened below.
+        let sys = match &opts.runtime {
+            Some(_) => None,
+            None => Some(qnn::SystemLibrary::load(system)?),
+        };
+        let infos = match (&sys, &opts.runtime) {
+            (Some(s), _) => read_infos(&m, s)?,
+            (None, Some(rt)) => read_infos(&m, rt.system())?,
+            (None, None) => unreachable!("a system library is loaded when no runtime is given"),
+        };
         check_graphs(&m, &infos)?;
         if opts.cancel.is_cancelled() {
             return Err(Error::Cancelled);
@@ -482,7 +491,7 @@ impl Model {
         let tok_thread = std::thread::spawn(move || Tokenizer::load(&tok_path));
         let stage2 = || -> Result<_> {
             progress("QNN libraries");
-            let (rt, rpcmem_note, warnings) = open_runtime(backend, Some(sys), system, opts)?;
+            let (rt, rpcmem_note, warnings) = open_runtime(backend, sys, system, opts)?;
             let (contexts, context_ms) = create_contexts(&rt, &m, &infos, opts, &progress)?;
             Ok((rt, rpcmem_note, warnings, contexts, context_ms))
         };
@@ -552,7 +561,7 @@ fn check_files(m: &Manifest) -> Result<()> {
 /// Open the libraries, vote for performance and load rpcmem. A refused vote is a warning:
 /// the run goes on at the backend's default clocks.
 /// `sys`: the system library when it is loaded already (kept, not loaded twice).
-pub(crate) fn open_runtime(
+pub fn open_runtime(
     backend: &Path,
     sys: Option<qnn::SystemLibrary>,
     system: &Path,

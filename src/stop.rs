@@ -7,7 +7,7 @@ pub struct StopMatcher {
 }
 
 /// What a push produced: text safe to print, and whether a stop string was found.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub struct Pushed {
     pub emit: String,
     pub stopped: bool,

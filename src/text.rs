@@ -39,6 +39,41 @@ pub struct TextTurn {
     pub saved: String,
 }
 
+/// Where a generation's text goes while it runs: stdout for the CLI ([`WriteSink`]), a
+/// token callback for the C API.
+pub trait TextSink {
+    /// After each generated token: the text it released, whole characters only (empty while
+    /// a character or a possible stop string is incomplete). `false` ends the run with
+    /// [`FinishReason::Cancelled`].
+    fn token(&mut self, text: &str, token: u32) -> Result<bool>;
+    /// The run ended: the text held back until now, so that everything passed to `token`
+    /// and `end` adds up to the turn's text.
+    fn end(&mut self, rest: &str) -> Result<()>;
+    /// The run failed part-way; `released` says whether any text went out before.
+    fn failed(&mut self, _released: bool) {}
+}
+
+/// Text to a writer, flushed per piece and ended by a newline (also after a failure, when
+/// something was printed).
+pub struct WriteSink<'a>(pub &'a mut dyn Write);
+
+impl TextSink for WriteSink<'_> {
+    fn token(&mut self, text: &str, _token: u32) -> Result<bool> {
+        write_flush(self.0, text)?;
+        Ok(true)
+    }
+
+    fn end(&mut self, rest: &str) -> Result<()> {
+        write_flush(self.0, &format!("{rest}\n"))
+    }
+
+    fn failed(&mut self, released: bool) {
+        if released {
+            let _ = write_flush(self.0, "\n");
+        }
+    }
+}
+
 pub struct TextDriver<'t> {
     tok: &'t Tokenizer,
     opts: TextOptions,
@@ -59,9 +94,8 @@ impl<'t> TextDriver<'t> {
         self.tok
     }
 
-    /// Feed `ids` and generate up to `cfg.n_tokens` tokens. With `out`, text is streamed to
-    /// it as it becomes final and ended by a newline (also when generation fails part-way,
-    /// after the text so far). `requested` is the token count the user asked for: when it
+    /// Feed `ids` and generate up to `cfg.n_tokens` tokens. With a sink, text is passed to it
+    /// as it becomes final (under the reasoning filter). `requested` is the token count the user asked for: when it
     /// exceeds `cfg.n_tokens` (clamped to the context) and the run hits the clamp, the
     /// finish is `ctx_full`.
     pub fn generate(
@@ -71,7 +105,7 @@ impl<'t> TextDriver<'t> {
         cfg: &GenConfig,
         requested: usize,
         tokenize_ms: f64,
-        mut out: Option<&mut dyn Write>,
+        mut sink: Option<&mut dyn TextSink>,
     ) -> Result<TextTurn> {
         let mut stream = self.tok.stream();
         let mut stops = StopMatcher::new(&self.opts.stops);
@@ -81,7 +115,7 @@ impl<'t> TextDriver<'t> {
         let mut filter = Filter::new(self.opts.reasoning, starts_open);
         // Text released so far: streamed pieces minus anything a stop string may still claim.
         let mut released = String::new();
-        let decode_while_running = out.is_some() || !stops.is_empty();
+        let decode_while_running = sink.is_some() || !stops.is_empty();
         engine.constraint = match &self.opts.grammar {
             Some((vocab, spec)) => Some(crate::grammar::Constraint::new(vocab, spec)?),
             None => None,
@@ -97,16 +131,19 @@ impl<'t> TextDriver<'t> {
                 if !decode_while_running {
                     return Ok(Next::Continue);
                 }
-                let Some(piece) = stream.step(tok)? else {
-                    return Ok(Next::Continue);
+                let pushed = match stream.step(tok)? {
+                    Some(piece) => stops.push(&piece),
+                    None => Default::default(),
                 };
-                let pushed = stops.push(&piece);
-                if let Some(w) = out.as_deref_mut() {
-                    write_flush(w, &filter.push(&pushed.emit))?;
-                }
                 released.push_str(&pushed.emit);
+                let go = match sink.as_deref_mut() {
+                    Some(s) => s.token(&filter.push(&pushed.emit), tok)?,
+                    None => true,
+                };
                 Ok(if pushed.stopped {
                     Next::Stop(FinishReason::Stop)
+                } else if !go {
+                    Next::Stop(FinishReason::Cancelled)
                 } else {
                     Next::Continue
                 })
@@ -116,11 +153,8 @@ impl<'t> TextDriver<'t> {
         let output = match result {
             Ok(o) => o,
             Err(e) => {
-                // Keep what was printed, ended by a newline; nothing if nothing was.
-                if let Some(w) = out.as_deref_mut() {
-                    if !released.is_empty() {
-                        let _ = write_flush(w, "\n");
-                    }
+                if let Some(s) = sink.as_deref_mut() {
+                    s.failed(!released.is_empty());
                 }
                 return Err(e);
             }
@@ -131,12 +165,11 @@ impl<'t> TextDriver<'t> {
         } else {
             self.tok.decode(&output.text_ids(finish, &self.eos))?
         };
-        if let Some(w) = out {
+        if let Some(s) = sink {
             // Text the stream or the stop matcher held back goes out now, so what was
-            // printed always equals `text` (under the reasoning filter).
+            // passed on always equals `text` (under the reasoning filter).
             let rest = text.strip_prefix(released.as_str()).unwrap_or_default();
-            let tail = filter.push(rest) + &filter.finish();
-            write_flush(w, &format!("{tail}\n"))?;
+            s.end(&(filter.push(rest) + &filter.finish()))?;
         }
         let saved = reasoning::saved(self.opts.reasoning, &text, starts_open);
         Ok(TextTurn {

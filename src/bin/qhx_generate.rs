@@ -15,7 +15,7 @@ use qhx::cancel::CancelToken;
 use qhx::cli::generate::{first_mismatch, map_argv, Args, Mode, Prompt, Request};
 use qhx::cli::report::{print_banner, print_prompt};
 use qhx::engine::FinishReason;
-use qhx::text::TextDriver;
+use qhx::text::{TextDriver, TextSink, WriteSink};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -146,7 +146,8 @@ fn run(args: Args, cancel: CancelToken) -> Result<ExitCode> {
             }
             let eos = model.eos();
             let driver = TextDriver::new(model.tokenizer(), &eos, req.text_options(&model)?);
-            let sink = (!json).then_some(&mut out as &mut dyn Write);
+            let mut stdout_sink = WriteSink(&mut out);
+            let sink = (!json).then_some(&mut stdout_sink as &mut dyn TextSink);
             let turn = driver.generate(&mut engine, &ids, &cfg, wanted, tokenize_ms, sink)?;
             if *json {
                 let doc = serde_json::json!({

@@ -1,0 +1,428 @@
+//! The Rust side of the C handles: a runtime, models loaded on it, and sessions that
+//! generate. Nothing here touches a raw pointer; `ffi.rs` turns C arguments into these
+//! types and results back into C.
+
+use crate::abi::{self, Status};
+use qhx_core::bundle::{Loaded, Spec};
+use qhx_core::cancel::{CancelToken, Poll};
+use qhx_core::chat::{ChatTemplate, Message};
+use qhx_core::engine::{Engine, FinishReason, GenConfig};
+use qhx_core::grammar::{self, Vocab};
+use qhx_core::model::LoadOptions;
+use qhx_core::qnn::Runtime;
+use qhx_core::reasoning;
+use qhx_core::sampler::{SamplerConfig, WHOLE_CONTEXT};
+use qhx_core::text::{TextDriver, TextOptions, TextSink};
+use qhx_core::Error;
+use std::ffi::CString;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Instant;
+
+/// A failed call: the status C sees and the message behind it.
+#[derive(Debug)]
+pub struct Failure {
+    pub status: Status,
+    pub msg: String,
+}
+
+impl Failure {
+    pub fn new(status: Status, msg: impl Into<String>) -> Failure {
+        Failure {
+            status,
+            msg: msg.into(),
+        }
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        let status = match &e {
+            Error::Load(_) | Error::Backend { .. } => abi::QNN_LOAD,
+            Error::Qnn { .. } | Error::MissingEntry { .. } => abi::QNN_API,
+            Error::Manifest { .. }
+            | Error::File { .. }
+            | Error::Tokenizer { .. }
+            | Error::Graph { .. }
+            | Error::TokenOutOfRange { .. } => abi::MODEL,
+            Error::Io { .. } => abi::IO,
+            Error::EmptyPrompt => abi::INVALID_ARGUMENT,
+            Error::PromptTooLong { .. } => abi::CONTEXT_FULL,
+            Error::Grammar(_) => abi::GRAMMAR,
+            Error::Cancelled => abi::CANCELLED,
+            Error::NonFinite { .. } => abi::HOST_OP_FAILED,
+            _ => abi::INTERNAL,
+        };
+        Failure::new(status, e.to_string())
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Failure>;
+
+/// The one runtime of the process, while it (or a model on it) lives.
+static LIVE_RUNTIME: Mutex<Weak<Runtime>> = Mutex::new(Weak::new());
+
+pub struct RuntimeHandle {
+    pub rt: Arc<Runtime>,
+}
+
+impl RuntimeHandle {
+    /// Open the QNN libraries (default names when None), start the backend, vote for burst
+    /// clocks and load rpcmem, as the CLI does.
+    pub fn create(htp: Option<&str>, system: Option<&str>) -> Result<RuntimeHandle> {
+        let mut live = LIVE_RUNTIME.lock().unwrap_or_else(|p| p.into_inner());
+        if live.upgrade().is_some() {
+            return Err(Failure::new(
+                abi::BUSY,
+                "a runtime already exists in this process (free it and every model loaded on it first)",
+            ));
+        }
+        let (htp_default, sys_default) = if cfg!(windows) {
+            ("QnnHtp.dll", "QnnSystem.dll")
+        } else {
+            ("libQnnHtp.so", "libQnnSystem.so")
+        };
+        let opts = LoadOptions::default();
+        let (rt, _note, _warnings) = qhx_core::model::open_runtime(
+            Path::new(htp.unwrap_or(htp_default)),
+            None,
+            Path::new(system.unwrap_or(sys_default)),
+            &opts,
+        )?;
+        *live = Arc::downgrade(&rt);
+        Ok(RuntimeHandle { rt })
+    }
+
+    /// (arch as "v79", soc model) as the backend reports them.
+    pub fn device(&self) -> (Option<String>, Option<u32>) {
+        let f = &self.rt.device_facts;
+        (f.dsp_arch.map(|a| format!("v{a}")), f.soc_model)
+    }
+}
+
+pub struct ModelHandle {
+    spec: Spec,
+    loaded: Loaded,
+    template: Option<ChatTemplate>,
+    /// The grammar vocabulary, read on the first constrained request.
+    vocab: OnceLock<std::result::Result<Arc<Vocab>, String>>,
+}
+
+impl ModelHandle {
+    /// A manifest bundle or a Genie config, its paths resolved against `artifacts` (the
+    /// file's own directory when None), loaded onto the runtime.
+    pub fn load(rt: &RuntimeHandle, path: &str, artifacts: Option<&str>) -> Result<ModelHandle> {
+        let path = Path::new(path);
+        if !path.is_file() {
+            return Err(Failure::new(
+                abi::INVALID_ARGUMENT,
+                format!(
+                    "{}: not a manifest or genie_config.json file",
+                    path.display()
+                ),
+            ));
+        }
+        let root = match artifacts {
+            Some(a) => Path::new(a).to_path_buf(),
+            None => path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."))
+                .to_path_buf(),
+        };
+        let spec = Spec::load(path, &root)?;
+        spec.check_files()?;
+        let opts = LoadOptions {
+            runtime: Some(Arc::clone(&rt.rt)),
+            ..LoadOptions::default()
+        };
+        let loaded = Loaded::load(&spec, Path::new(""), Path::new(""), &opts)?;
+        // A bundle without a template can still serve no_template requests.
+        let template = spec.chat_template(Some(loaded.tokenizer())).ok();
+        Ok(ModelHandle {
+            spec,
+            loaded,
+            template,
+            vocab: OnceLock::new(),
+        })
+    }
+
+    fn vocab(&self) -> Result<Arc<Vocab>> {
+        self.vocab
+            .get_or_init(|| {
+                let eos = *self
+                    .spec
+                    .declared_eos()
+                    .first()
+                    .ok_or("structured output needs the bundle's end token")?;
+                Vocab::load(self.spec.tokenizer_path(), self.spec.vocab(), eos)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(|m| Failure::new(abi::MODEL, m))
+    }
+}
+
+/// One request, as read from the C structs.
+pub struct Request {
+    pub text: String,
+    pub system: Option<String>,
+    pub history: Vec<String>,
+    pub no_template: bool,
+    pub disable_thinking: bool,
+    pub max_new_tokens: i32,
+    pub sampler: SamplerConfig,
+    pub stops: Vec<String>,
+    pub grammar: Option<grammar::Spec>,
+    pub should_cancel: Option<Poll>,
+}
+
+/// Sampling settings from the C config (QHexRT semantics: the penalty covers every token
+/// of prompt and output; seed <= 0 is random).
+pub fn sampler(cfg: &abi::GenCfg) -> SamplerConfig {
+    SamplerConfig {
+        temp: cfg.temperature,
+        top_k: cfg.top_k.max(0) as usize,
+        top_p: if cfg.top_p > 0.0 && cfg.top_p < 1.0 {
+            cfg.top_p
+        } else {
+            1.0
+        },
+        min_p: cfg.min_p.max(0.0),
+        repeat_penalty: if cfg.repetition_penalty > 0.0 {
+            cfg.repetition_penalty
+        } else {
+            1.0
+        },
+        repeat_last_n: WHOLE_CONTEXT,
+        seed: Some(if cfg.seed > 0 {
+            cfg.seed as u64
+        } else {
+            rand::random()
+        }),
+    }
+}
+
+/// The grammar of a request: kind and text (QHexRT's `json:` / `toolcall:` prefixes
+/// accepted).
+pub fn grammar_spec(kind: i32, text: Option<&str>) -> Result<Option<grammar::Spec>> {
+    let text = text.unwrap_or("");
+    let body = |prefix: &str| text.strip_prefix(prefix).unwrap_or(text).trim();
+    match kind {
+        abi::GRAMMAR_NONE => Ok(None),
+        abi::GRAMMAR_JSON => {
+            let schema = body("json:");
+            let v = if schema.is_empty() {
+                serde_json::json!({"type": "object"})
+            } else {
+                serde_json::from_str(schema).map_err(|e| {
+                    Failure::new(abi::GRAMMAR, format!("grammar: not a JSON schema: {e}"))
+                })?
+            };
+            Ok(Some(grammar::Spec::JsonSchema(v)))
+        }
+        abi::GRAMMAR_TOOL_CALL | abi::GRAMMAR_TOOL_CALL_OPTIONAL => Err(Failure::new(
+            abi::UNSUPPORTED,
+            "tool-call grammars (grammar_kind 2 and 3) are not supported yet",
+        )),
+        abi::GRAMMAR_LARK => Ok(Some(grammar::Spec::from_grammar_text(text))),
+        k => Err(Failure::new(
+            abi::INVALID_ARGUMENT,
+            format!("grammar_kind {k} is not one of 0 (none), 1 (JSON), 2, 3 (tool call), 4 (Lark/GBNF)"),
+        )),
+    }
+}
+
+/// What a finished request reports besides its text.
+pub struct Done {
+    pub n_prompt: usize,
+    pub n_generated: usize,
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
+    pub cancelled: bool,
+}
+
+struct Inner {
+    engine: Engine,
+    /// The last request's text (what `qhx_output.text` points at).
+    text: CString,
+}
+
+pub struct SessionHandle {
+    model: Arc<ModelHandle>,
+    /// Raised by `qhx_session_cancel` from any thread; reset when a request starts.
+    cancel: CancelToken,
+    inner: Mutex<Inner>,
+    error: Mutex<CString>,
+}
+
+impl SessionHandle {
+    pub fn create(model: &Arc<ModelHandle>) -> Result<SessionHandle> {
+        let engine = model.loaded.engine()?;
+        Ok(SessionHandle {
+            model: Arc::clone(model),
+            cancel: CancelToken::new(),
+            inner: Mutex::new(Inner {
+                engine,
+                text: CString::default(),
+            }),
+            error: Mutex::new(CString::default()),
+        })
+    }
+
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    pub fn reset(&self) -> Result<()> {
+        let mut inner = self.lock()?;
+        inner.engine.reset();
+        Ok(())
+    }
+
+    /// The message of this session's last failed call ("" when none failed).
+    pub fn last_error(&self) -> *const std::ffi::c_char {
+        self.error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ptr()
+    }
+
+    pub fn set_error(&self, msg: &str) {
+        let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+        *self.error.lock().unwrap_or_else(|p| p.into_inner()) = c;
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Inner>> {
+        match self.inner.try_lock() {
+            Ok(g) => Ok(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => Err(Failure::new(
+                abi::BUSY,
+                "the session is in use by another thread (one call at a time per session)",
+            )),
+        }
+    }
+
+    /// The prompt's ids: the chat template over system, history and the user turn, or the
+    /// raw text with the bundle's BOS.
+    fn prompt_ids(&self, req: &Request) -> Result<Vec<u32>> {
+        let m = &self.model;
+        let tok = m.loaded.tokenizer();
+        if req.no_template {
+            return Ok(tok.encode(&req.text, m.spec.bos())?);
+        }
+        let tmpl = m.template.as_ref().ok_or_else(|| {
+            Failure::new(
+                abi::MODEL,
+                "the bundle has no chat template (set no_template for raw text)",
+            )
+        })?;
+        let mut msgs = Vec::new();
+        if let Some(s) = &req.system {
+            msgs.push(Message::new("system", s));
+        }
+        for (i, h) in req.history.iter().enumerate() {
+            msgs.push(Message::new(
+                if i % 2 == 0 { "user" } else { "assistant" },
+                h,
+            ));
+        }
+        msgs.push(Message::new("user", &req.text));
+        let thinking = req.disable_thinking.then_some(false);
+        let mut text = tmpl
+            .render_with(&msgs, true, thinking)
+            .map_err(|e| Failure::new(abi::INVALID_ARGUMENT, e.to_string()))?;
+        // Hard non-thinking: a template that still opens a block gets it closed, empty.
+        if req.disable_thinking && reasoning::opens_block(&text) {
+            text.push_str("\n\n");
+            text.push_str(reasoning::THINK_CLOSE);
+            text.push_str("\n\n");
+        }
+        Ok(tok.encode_raw(&text)?)
+    }
+
+    /// Run one request from a fresh cache, passing text to `sink`.
+    pub fn generate(&self, req: Request, sink: &mut dyn TextSink) -> Result<Done> {
+        let mut inner = self.lock()?;
+        let t0 = Instant::now();
+        let ids = self.prompt_ids(&req)?;
+        let tokenize_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let m = &self.model;
+        let max_ctx = m.loaded.max_ctx();
+        if ids.len() >= max_ctx {
+            return Err(Failure::new(
+                abi::CONTEXT_FULL,
+                format!(
+                    "the prompt is {} tokens, which leaves no room in max_ctx {max_ctx} to generate",
+                    ids.len()
+                ),
+            ));
+        }
+        let room = max_ctx - ids.len();
+        let wanted = match req.max_new_tokens {
+            n if n > 0 => n as usize,
+            _ => room,
+        };
+        self.cancel.reset();
+        let cancel = match &req.should_cancel {
+            Some(p) => self.cancel.and_poll(Arc::clone(p)),
+            None => self.cancel.clone(),
+        };
+        let cfg = GenConfig {
+            n_tokens: wanted.min(room),
+            sampler: req.sampler,
+            allow_nonfinite: false,
+            ignore_eos: false,
+            teacher: None,
+            cancel,
+        };
+        let grammar = match req.grammar {
+            Some(spec) => Some((m.vocab()?, spec)),
+            None => None,
+        };
+        let stops = if req.stops.is_empty() {
+            m.spec.stops()
+        } else {
+            req.stops
+        };
+        let opts = TextOptions {
+            stops,
+            reasoning: reasoning::Mode::Show,
+            budget: None,
+            grammar,
+        };
+        let eos = m.loaded.eos();
+        let driver = TextDriver::new(m.loaded.tokenizer(), &eos, opts);
+        inner.engine.reset();
+        inner.text = CString::default();
+        let turn = driver.generate(
+            &mut inner.engine,
+            &ids,
+            &cfg,
+            wanted,
+            tokenize_ms,
+            Some(sink),
+        )?;
+        inner.text = CString::new(turn.text.replace('\0', " ")).unwrap_or_default();
+        let s = &turn.output.stats;
+        Ok(Done {
+            n_prompt: ids.len(),
+            // The tokens behind the text (the callback saw each): an end token is not one.
+            n_generated: turn.output.text_ids(turn.finish, &eos).len(),
+            prefill_ms: s.prefill_ms,
+            decode_ms: s.decode_ms,
+            cancelled: turn.finish == FinishReason::Cancelled,
+        })
+    }
+
+    /// The last request's text (valid until the next request or the session's free).
+    pub fn text_ptr(&self) -> *const std::ffi::c_char {
+        match self.inner.try_lock() {
+            Ok(g) => g.text.as_ptr(),
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().text.as_ptr(),
+            Err(std::sync::TryLockError::WouldBlock) => c"".as_ptr(),
+        }
+    }
+}
