@@ -206,12 +206,16 @@ impl Constraint {
     pub fn apply(&mut self, logits: &mut [f32]) -> Result<()> {
         let words = self.mask.as_slice();
         for (w, chunk) in words.iter().zip(logits.chunks_mut(32)) {
-            if *w == u32::MAX {
-                continue;
-            }
-            for (bit, l) in chunk.iter_mut().enumerate() {
-                if w & (1 << bit) == 0 {
-                    *l = f32::NEG_INFINITY;
+            match *w {
+                u32::MAX => {}
+                // Most words of a mask are all-allowed or all-hidden: fill those whole.
+                0 => chunk.fill(f32::NEG_INFINITY),
+                w => {
+                    for (bit, l) in chunk.iter_mut().enumerate() {
+                        if w & (1 << bit) == 0 {
+                            *l = f32::NEG_INFINITY;
+                        }
+                    }
                 }
             }
         }

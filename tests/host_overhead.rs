@@ -18,6 +18,22 @@ use common::*;
 const CHILD: &str = "QHX_HOST_OVERHEAD_CHILD";
 const MARKER: &str = "--- host-overhead child output ---\n";
 
+/// The DeepSeek-R1-Distill tokenizer the parity bundles carry (scripts/build-parity.sh).
+fn mask_tokenizer() -> std::path::PathBuf {
+    let t = std::env::var_os("QHX_PARITY_BUNDLES")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bundles/parity")
+        })
+        .join("tok/deepseek-r1-distill.json");
+    assert!(
+        t.is_file(),
+        "run scripts/build-parity.sh first ({})",
+        t.display()
+    );
+    t
+}
+
 #[test]
 fn json_is_the_only_stdout() {
     if let Some(dir) = std::env::var_os(CHILD) {
@@ -28,6 +44,8 @@ fn json_is_the_only_stdout() {
         let args = ["--json", "--shape", "tiny", "--steps", "2", "--dir"];
         let mut args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         args.push(dir.to_string_lossy().into_owned());
+        args.push("--mask-tokenizer".into());
+        args.push(mask_tokenizer().to_string_lossy().into_owned());
         host_overhead::run(args);
         // Leave before libtest prints its summary; C stdio (the banner) is flushed by exit.
         std::process::exit(0);
@@ -50,9 +68,17 @@ fn json_is_the_only_stdout() {
     let v: serde_json::Value = serde_json::from_str(doc)
         .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{doc}"));
     let rows = v.as_array().expect("a JSON array");
-    // 2 I/O types x 3 context sizes x 2 samplers, plus one cold-start entry.
-    assert_eq!(rows.len(), 13, "{v}");
-    assert!(rows.iter().all(|r| r["shape"] == "tiny"), "{v}");
+    // 2 I/O types x 3 context sizes x 2 samplers, one cold-start entry, the grammar mask.
+    assert_eq!(rows.len(), 14, "{v}");
+    let mask = &rows[13]["grammar_mask"];
+    assert_eq!(mask["vocab"], 151_936, "{v}");
+    assert!(mask["tokens"].as_u64().unwrap() >= 64, "{v}");
+    let (p50, p99) = (
+        mask["p50_ms"].as_f64().unwrap(),
+        mask["p99_ms"].as_f64().unwrap(),
+    );
+    assert!(p50 > 0.0 && p50 <= p99, "{v}");
+    assert!(rows[..13].iter().all(|r| r["shape"] == "tiny"), "{v}");
     assert!(
         rows.iter().any(|r| r["cold_start_ms"].as_f64().is_some()),
         "{v}"
