@@ -163,16 +163,23 @@ impl ChatTemplate {
 
     /// Render `messages` as HF `apply_chat_template(..., tokenize=False)` does.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
-        self.render_with(messages, add_generation_prompt, None)
+        self.render_with(messages, add_generation_prompt, None, None)
     }
 
-    /// [`ChatTemplate::render`] with `enable_thinking` set for the template (as HF passes
-    /// extra keyword arguments), when given; templates that do not read it ignore it.
+    /// Whether the template reads a variable (e.g. `tools`).
+    pub fn reads(&self, var: &str) -> bool {
+        self.source.contains(var)
+    }
+
+    /// [`ChatTemplate::render`] with `enable_thinking` and `tools` set for the template (as
+    /// HF passes extra keyword arguments), when given; templates that do not read them
+    /// ignore them.
     pub fn render_with(
         &self,
         messages: &[Message],
         add_generation_prompt: bool,
         enable_thinking: Option<bool>,
+        tools: Option<&[serde_json::Value]>,
     ) -> Result<String> {
         let mut env = minijinja::Environment::new();
         env.set_trim_blocks(true);
@@ -213,6 +220,10 @@ impl ChatTemplate {
         let ctx = match enable_thinking {
             Some(on) => minijinja::context! { enable_thinking => on, ..base },
             None => base,
+        };
+        let ctx = match tools {
+            Some(t) => minijinja::context! { tools => t, ..ctx },
+            None => ctx,
         };
         t.render(ctx).map_err(err)
     }

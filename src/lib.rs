@@ -31,6 +31,7 @@ pub mod stats;
 pub mod stop;
 pub mod text;
 pub mod tokenizer;
+pub mod tools;
 
 pub use error::{Error, Result};
 

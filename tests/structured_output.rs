@@ -217,3 +217,121 @@ fn a_gbnf_grammar_on_the_command_line_shapes_the_output() {
     );
     assert_eq!(v["finish_reason"], "eos");
 }
+
+/// Two tools whose arguments the test validates against their own `parameters`.
+fn tool_specs() -> serde_json::Value {
+    json!([
+        {"type": "function", "function": {"name": "get_weather",
+            "description": "Get the current weather in a city",
+            "parameters": {"type": "object", "properties": {
+                "city": {"type": "string", "maxLength": 24},
+                "unit": {"enum": ["celsius", "fahrenheit"]}},
+                "required": ["city", "unit"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "get_time",
+            "description": "Get the local time in a city",
+            "parameters": {"type": "object", "properties": {
+                "city": {"type": "string", "maxLength": 24}},
+                "required": ["city"], "additionalProperties": false}}}
+    ])
+}
+
+#[test]
+fn tool_calls_are_parsed_and_match_the_spec() {
+    let d = bundle_dir();
+    let m = d.join("smollm2.json");
+    let specs = tool_specs();
+    let f = tmp("tool-specs").join("tools.json");
+    std::fs::write(&f, specs.to_string()).unwrap();
+    let f = f.to_string_lossy().into_owned();
+    let mut names = Vec::new();
+    for (prompt, extra) in [
+        ("What's the weather like in Paris right now?", vec![]),
+        (
+            "What time is it in Tokyo?",
+            vec!["--temp", "0.8", "--seed", "7"],
+        ),
+    ] {
+        let mut args = vec!["--tools", f.as_str(), "--tool-choice", "required", "--json"];
+        args.extend(extra);
+        let o = generate(&m, &d, "64", prompt, &args, &[]);
+        assert!(o.status.success(), "{prompt}: {}", stderr(&o));
+        let v = json(&o);
+        let text = v["text"].as_str().unwrap();
+        assert!(
+            !text.contains("<|im_end|>"),
+            "the end token leaked: {text:?}"
+        );
+        let calls = v["tool_calls"].as_array().expect("tool_calls");
+        assert_eq!(calls.len(), 1, "{prompt}: {text:?} -> {calls:?}");
+        let call = &calls[0];
+        assert_eq!(call["type"], "function");
+        let name = call["function"]["name"].as_str().unwrap();
+        let spec = specs
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["function"]["name"] == name)
+            .unwrap_or_else(|| panic!("{prompt}: {name:?} is not one of the tools"));
+        // OpenAI's shape: arguments as a JSON string, valid against the tool's parameters.
+        let args: serde_json::Value =
+            serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+        let validator = jsonschema::validator_for(&spec["function"]["parameters"]).unwrap();
+        let errors: Vec<String> = validator
+            .iter_errors(&args)
+            .map(|e| e.to_string())
+            .collect();
+        assert!(errors.is_empty(), "{prompt}: {args} -> {errors:?}");
+        names.push(name.to_string());
+    }
+    println!("tool calls: {names:?}");
+    // The weather question calls get_weather (the model's greedy pick).
+    assert_eq!(names[0], "get_weather");
+
+    // tool-choice auto: plain text is allowed, and it cannot begin a malformed call.
+    let o = generate(
+        &m,
+        &d,
+        "16",
+        "Hi! Tell me a joke.",
+        &["--tools", f.as_str(), "--json"],
+        &[],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    let text = v["text"].as_str().unwrap();
+    let calls = v["tool_calls"].as_array().unwrap();
+    assert!(
+        !text.starts_with('<') || !calls.is_empty(),
+        "auto: a reply starting like a call must be one: {text:?}"
+    );
+    assert!(!text.is_empty(), "auto: no text");
+}
+
+#[test]
+fn tool_flags_are_checked_before_loading() {
+    let d = bundle_dir();
+    let m = d.join("smollm2.json");
+    let dir = tmp("tool-flags");
+    let dup = dir.join("dup.json");
+    std::fs::write(&dup, r#"[{"name": "a"}, {"name": "a"}]"#).unwrap();
+    let dup = dup.to_string_lossy().into_owned();
+    let missing = dir.join("missing.json").to_string_lossy().into_owned();
+    for (args, needle) in [
+        (vec!["--tools", dup.as_str()], "two tools are named"),
+        (vec!["--tools", missing.as_str()], "--tools"),
+        (
+            vec!["--tool-choice", "required"],
+            "--tool-choice needs --tools",
+        ),
+        (
+            vec!["--tools", dup.as_str(), "-j", "{}"],
+            "cannot be used with",
+        ),
+    ] {
+        let o = generate(&m, &d, "8", "hi", &args, &[]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(o.stdout.is_empty());
+    }
+}

@@ -459,7 +459,13 @@ unsafe fn read_request(
     let stops = unsafe { str_array(cfg.stop_strings, cfg.n_stop_strings, "cfg.stop_strings") }?;
     // SAFETY: per the contract.
     let gtext = unsafe { opt_str(cfg.grammar, "cfg.grammar") }?;
-    let grammar = grammar_spec(cfg.grammar_kind, gtext)?;
+    let (grammar, tools) = grammar_spec(cfg.grammar_kind, gtext)?;
+    if tools.is_some() && inp.no_template != 0 {
+        return Err(Failure::new(
+            abi::INVALID_ARGUMENT,
+            "tool calls need the chat template (no_template is set)",
+        ));
+    }
     let should_cancel = options.should_cancel.map(|f| {
         let p = CancelPoll {
             f,
@@ -481,6 +487,7 @@ unsafe fn read_request(
         sampler: sampler(&cfg),
         stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
         grammar,
+        tools,
         should_cancel,
     })
 }

@@ -13,6 +13,7 @@ use qhx_core::qnn::Runtime;
 use qhx_core::reasoning;
 use qhx_core::sampler::{SamplerConfig, WHOLE_CONTEXT};
 use qhx_core::text::{TextDriver, TextOptions, TextSink};
+use qhx_core::tools::Tools;
 use qhx_core::Error;
 use std::ffi::CString;
 use std::path::Path;
@@ -175,6 +176,8 @@ pub struct Request {
     pub sampler: SamplerConfig,
     pub stops: Vec<String>,
     pub grammar: Option<grammar::Spec>,
+    /// Tools offered through the chat template (grammar kinds 2 and 3).
+    pub tools: Option<Tools>,
     pub should_cancel: Option<Poll>,
 }
 
@@ -204,13 +207,22 @@ pub fn sampler(cfg: &abi::GenCfg) -> SamplerConfig {
     }
 }
 
-/// The grammar of a request: kind and text (QHexRT's `json:` / `toolcall:` prefixes
-/// accepted).
-pub fn grammar_spec(kind: i32, text: Option<&str>) -> Result<Option<grammar::Spec>> {
+/// The grammar of a request, and the tools it offers: kind and text (QHexRT's `json:` /
+/// `toolcall:` / `toolcall_opt:` prefixes accepted).
+pub fn grammar_spec(
+    kind: i32,
+    text: Option<&str>,
+) -> Result<(Option<grammar::Spec>, Option<Tools>)> {
     let text = text.unwrap_or("");
     let body = |prefix: &str| text.strip_prefix(prefix).unwrap_or(text).trim();
+    let tools = |prefix: &str, required: bool| -> Result<(Option<grammar::Spec>, Option<Tools>)> {
+        let t =
+            Tools::parse(body(prefix)).map_err(|e| Failure::new(abi::GRAMMAR, e.to_string()))?;
+        Ok((Some(t.grammar(required)), Some(t)))
+    };
+    let only = |g: grammar::Spec| Ok((Some(g), None));
     match kind {
-        abi::GRAMMAR_NONE => Ok(None),
+        abi::GRAMMAR_NONE => Ok((None, None)),
         abi::GRAMMAR_JSON => {
             let schema = body("json:");
             let v = if schema.is_empty() {
@@ -220,13 +232,11 @@ pub fn grammar_spec(kind: i32, text: Option<&str>) -> Result<Option<grammar::Spe
                     Failure::new(abi::GRAMMAR, format!("grammar: not a JSON schema: {e}"))
                 })?
             };
-            Ok(Some(grammar::Spec::JsonSchema(v)))
+            only(grammar::Spec::JsonSchema(v))
         }
-        abi::GRAMMAR_TOOL_CALL | abi::GRAMMAR_TOOL_CALL_OPTIONAL => Err(Failure::new(
-            abi::UNSUPPORTED,
-            "tool-call grammars (grammar_kind 2 and 3) are not supported yet",
-        )),
-        abi::GRAMMAR_LARK => Ok(Some(grammar::Spec::from_grammar_text(text))),
+        abi::GRAMMAR_TOOL_CALL => tools("toolcall:", true),
+        abi::GRAMMAR_TOOL_CALL_OPTIONAL => tools("toolcall_opt:", false),
+        abi::GRAMMAR_LARK => only(grammar::Spec::from_grammar_text(text)),
         k => Err(Failure::new(
             abi::INVALID_ARGUMENT,
             format!("grammar_kind {k} is not one of 0 (none), 1 (JSON), 2, 3 (tool call), 4 (Lark/GBNF)"),
@@ -331,8 +341,7 @@ impl SessionHandle {
         }
         msgs.push(Message::new("user", &req.text));
         let thinking = req.disable_thinking.then_some(false);
-        let mut text = tmpl
-            .render_with(&msgs, true, thinking)
+        let mut text = qhx_core::tools::render(tmpl, &msgs, req.tools.as_ref(), thinking)
             .map_err(|e| Failure::new(abi::INVALID_ARGUMENT, e.to_string()))?;
         // Hard non-thinking: a template that still opens a block gets it closed, empty.
         if req.disable_thinking && reasoning::opens_block(&text) {

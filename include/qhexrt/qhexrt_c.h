@@ -58,8 +58,11 @@ typedef int32_t qhx_status;
  * ("json:", "toolcall:", "toolcall_opt:"). */
 #define QHX_GRAMMAR_NONE 0
 #define QHX_GRAMMAR_JSON 1               /* grammar: a JSON schema; NULL or "" = any object */
-#define QHX_GRAMMAR_TOOL_CALL 2          /* not supported yet: QHX_STATUS_UNSUPPORTED */
-#define QHX_GRAMMAR_TOOL_CALL_OPTIONAL 3 /* not supported yet: QHX_STATUS_UNSUPPORTED */
+/* Tool calls: grammar is a JSON array of OpenAI-style tool specs, offered through the chat
+ * template; the reply is `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`,
+ * with `name` one of the tools and `arguments` valid for its `parameters`. */
+#define QHX_GRAMMAR_TOOL_CALL 2          /* the reply is a tool call */
+#define QHX_GRAMMAR_TOOL_CALL_OPTIONAL 3 /* a tool call or plain text (not starting with '<') */
 #define QHX_GRAMMAR_LARK 4               /* qhx extension: a Lark or GBNF grammar */
 
 typedef struct qhx_inputs {

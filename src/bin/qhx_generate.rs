@@ -150,7 +150,7 @@ fn run(args: Args, cancel: CancelToken) -> Result<ExitCode> {
             let sink = (!json).then_some(&mut stdout_sink as &mut dyn TextSink);
             let turn = driver.generate(&mut engine, &ids, &cfg, wanted, tokenize_ms, sink)?;
             if *json {
-                let doc = serde_json::json!({
+                let mut doc = serde_json::json!({
                     "input_ids": turn.output.input_ids,
                     "output_ids": turn.output.output_ids,
                     "text": turn.saved,
@@ -158,6 +158,9 @@ fn run(args: Args, cancel: CancelToken) -> Result<ExitCode> {
                     "stats": turn.output.stats,
                     "sampling": {"seed": cfg.sampler.seed, "chain": cfg.sampler.chain()},
                 });
+                if let Some(t) = &req.tools {
+                    doc["tool_calls"] = serde_json::json!(t.parse_calls(&turn.saved));
+                }
                 writeln!(out, "{doc}")?;
                 out.flush()?;
             }

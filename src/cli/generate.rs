@@ -153,6 +153,15 @@ pub struct Args {
     /// Constrain the output to the grammar in FILE (GBNF or Lark).
     #[arg(long = "grammar-file", value_name = "FILE")]
     pub grammar_file: Option<PathBuf>,
+    /// Offer these tools (a JSON array of OpenAI-style specs): they are rendered through the
+    /// chat template (implies --chat), a tool call in the reply is kept well-formed, and
+    /// --json reports the parsed `tool_calls`.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["json_schema", "json_schema_file", "grammar", "grammar_file"])]
+    pub tools: Option<PathBuf>,
+    /// With --tools: `auto` (the reply is a tool call or plain text) or `required` (it is
+    /// a tool call).
+    #[arg(long, value_name = "auto|required", default_value = "auto", value_parser = ["auto", "required"])]
+    pub tool_choice: String,
     /// Feed these prompt token ids instead of a text prompt (bypasses the tokenizer; no BOS
     /// is added). The file holds ids separated by whitespace or commas, or a JSON array.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["prompt", "prompt_flag"])]
@@ -268,6 +277,8 @@ pub struct Request {
     pub ignore_eos: bool,
     /// Structured output: the grammar or schema, with the tokenizer's vocabulary read for it.
     pub grammar: Option<(std::sync::Arc<crate::grammar::Vocab>, crate::grammar::Spec)>,
+    /// `--tools`: offered through the chat template; `--json` reports the parsed calls.
+    pub tools: Option<crate::tools::Tools>,
     pub cancel: CancelToken,
     /// Things to tell the user before loading (argument order understood, sampling flags
     /// without effect).
@@ -406,7 +417,8 @@ fn check_mode_flags(args: &Args, pos: &Positional) -> Result<()> {
 }
 
 fn grammar_given(args: &Args) -> bool {
-    args.json_schema.is_some()
+    args.tools.is_some()
+        || args.json_schema.is_some()
         || args.json_schema_file.is_some()
         || args.grammar.is_some()
         || args.grammar_file.is_some()
@@ -486,7 +498,18 @@ impl Request {
         let pos = positional(&args);
         check_mode_flags(&args, &pos)?;
         check_root(&pos.root, &pos)?;
-        let grammar = grammar_spec(&args)?;
+        let tools = args
+            .tools
+            .as_deref()
+            .map(|f| crate::tools::Tools::load(f).map_err(|e| usage(format!("--tools: {e}"))))
+            .transpose()?;
+        if tools.is_none() && args.tool_choice != "auto" {
+            bail!(usage("--tool-choice needs --tools"));
+        }
+        let grammar = match &tools {
+            Some(t) => Some(t.grammar(args.tool_choice == "required")),
+            None => grammar_spec(&args)?,
+        };
         let mut notes: Vec<String> = pos.note.into_iter().collect();
         let n_positional = pos
             .n_tokens
@@ -514,8 +537,11 @@ impl Request {
         }
         let root = pos.root;
         // As llama-cli: a system message or a conversation file means chat mode.
-        let chat =
-            args.chat || args.interactive || args.messages.is_some() || args.system.is_some();
+        let chat = args.chat
+            || args.interactive
+            || args.messages.is_some()
+            || args.system.is_some()
+            || tools.is_some();
         let text = match (pos.prompt, args.prompt_flag, &args.file) {
             (Some(_), Some(_), _) => {
                 bail!(usage(
@@ -611,7 +637,7 @@ impl Request {
                 Prompt::Chat(m) => m.clone(),
                 _ => crate::chat::conversation(args.system.as_deref(), "hello"),
             };
-            tmpl.render(&probe, true).map_err(usage)?;
+            crate::tools::render(&tmpl, &probe, tools.as_ref(), None).map_err(usage)?;
         }
         let mode = if args.bench {
             let format = match (args.output, args.json) {
@@ -685,6 +711,7 @@ impl Request {
             allow_nonfinite: args.allow_nonfinite,
             ignore_eos: args.ignore_eos,
             grammar,
+            tools,
             cancel,
             notes,
         })
@@ -729,11 +756,9 @@ impl Request {
             Prompt::Ids(v) => v.len(),
             Prompt::Text(t) if 2 * t.len() + 2 < max_ctx => return Ok(()),
             Prompt::Chat(m) => {
-                let text = self
-                    .bundle
-                    .chat_template(None)?
-                    .render(m, true)
-                    .map_err(usage)?;
+                let tmpl = self.bundle.chat_template(None)?;
+                let text =
+                    crate::tools::render(&tmpl, m, self.tools.as_ref(), None).map_err(usage)?;
                 if 2 * text.len() + 2 < max_ctx {
                     return Ok(());
                 }
@@ -761,10 +786,15 @@ impl Request {
     fn ids_with(&self, tok: &crate::tokenizer::Tokenizer) -> crate::Result<Vec<u32>> {
         match &self.prompt {
             Prompt::Ids(v) => Ok(v.clone()),
-            Prompt::Chat(msgs) => self
-                .bundle
-                .chat_template(Some(tok))?
-                .encode(tok, msgs, true),
+            Prompt::Chat(msgs) => {
+                let tmpl = self.bundle.chat_template(Some(tok))?;
+                tok.encode_raw(&crate::tools::render(
+                    &tmpl,
+                    msgs,
+                    self.tools.as_ref(),
+                    None,
+                )?)
+            }
             Prompt::Text(t) => tok.encode(t, self.bundle.bos()),
             Prompt::None => Ok(Vec::new()),
         }

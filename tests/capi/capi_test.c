@@ -267,9 +267,24 @@ int main(int argc, char **argv) {
                   "an image input -> %s: %s", qhx_status_str(rc), qhx_session_last_error(sa));
             in.image_path = NULL;
             cfg.grammar_kind = QHX_GRAMMAR_TOOL_CALL;
+            cfg.grammar = "toolcall:[{\"type\": \"function\", \"function\": {\"name\": "
+                          "\"get_weather\", \"parameters\": {\"type\": \"object\", "
+                          "\"properties\": {\"city\": {\"type\": \"string\", \"maxLength\": 20}}, "
+                          "\"required\": [\"city\"]}}}]";
+            cfg.max_new_tokens = 40;
+            in.text = "What's the weather like in Paris?";
             rc = qhx_generate_ex(sa, &in, &cfg, &opt, on_token, &st, &out);
-            CHECK(rc == QHX_STATUS_UNSUPPORTED, "grammar_kind 2 -> %s: %s", qhx_status_str(rc),
+            CHECK(rc == QHX_STATUS_OK &&
+                      strncmp(out.text,
+                              "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"",
+                              59) == 0 &&
+                      strstr(out.text, "}}\n</tool_call>") != NULL,
+                  "grammar_kind 2 -> %s: %s", qhx_status_str(rc), out.text);
+            cfg.grammar = "toolcall:[]";
+            rc = qhx_generate_ex(sa, &in, &cfg, &opt, on_token, &st, &out);
+            CHECK(rc == QHX_STATUS_GRAMMAR, "an empty tool list -> %s: %s", qhx_status_str(rc),
                   qhx_session_last_error(sa));
+            in.text = PROMPT;
             cfg.grammar_kind = QHX_GRAMMAR_JSON;
             cfg.grammar = "{\"type\":\"object\",\"properties\":{\"capital\":{\"type\":\"string\"}},"
                           "\"required\":[\"capital\"]}";
