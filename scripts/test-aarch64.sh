@@ -2,7 +2,8 @@
 # aarch64 Linux under qemu-user: cross-build the workspace with Debian's rustc/cargo and the
 # arm64 std (installed here when missing), run the SmolLM2 demo as an aarch64 program and
 # check its output_ids equal the x86_64 build's, then run every workspace test for the
-# target under qemu (child qhx_generate / qhx_inspect too) and print "N passed, M failed".
+# target under qemu (child qhx_generate / qhx_inspect too) and the C API program against the
+# cross-built libqhx.a, and print "N passed, M failed".
 # Tests that cannot run under qemu are named below with the reason; nothing else is skipped.
 #   scripts/test-aarch64.sh
 # Env: QHX_A64_TARGET_DIR (default target/aarch64-cross; point it at a persistent directory
@@ -146,6 +147,30 @@ if [[ "$x86" != "$a64" || -z "$a64" ]]; then
     echo "test-aarch64: the aarch64 demo ids differ from x86_64's" >&2
     demo_ok=0
 fi
+stamp "C API under qemu (libqhx.a + tests/capi/capi_test.c: SDK call order, tiny Llama-3 + Qwen2)"
+# The static library cross-builds like the binary; the C program links it with the cross gcc
+# and runs the SDK's call order twice (raw text), its text compared with x86_64's CLI.
+deb_cargo build -p qhx-capi --target "$triple" --target-dir "$tdir" --profile "$profile" --quiet
+capi=$logs/capi
+mkdir -p "$capi"
+aarch64-linux-gnu-gcc -std=c11 -O1 -Wall -Wextra -Werror -Iinclude tests/capi/capi_test.c \
+    "$out/libqhx.a" -lpthread -ldl -lm -o "$capi/capi_test"
+pa=$QHX_PARITY_BUNDLES/llama3-f32/tiny_llama3.json
+pb=$QHX_PARITY_BUNDLES/qwen2-f32/tiny_qwen2.json
+target/release/qhx_generate "$pa" target/release/libqnn_emu.so target/release/libqnn_emu.so \
+    "$(dirname "$pa")" 12 "What is the capital of France?" --json 2>/dev/null |
+    python3 -c 'import json,sys; sys.stdout.write(json.load(sys.stdin)["text"])' >"$capi/expected.txt"
+capi_rc=0
+qemu-aarch64 -L / "$capi/capi_test" "$lib" "$lib" "$pa" "$capi/expected.txt" "$pb" 12 basic \
+    </dev/null >/dev/null 2>"$capi/log" || capi_rc=$?
+capi_ok=$(grep -c '^ok ' "$capi/log" || true)
+capi_fail=$(grep -c '^FAIL ' "$capi/log" || true)
+if [[ $capi_rc -ne 0 ]]; then
+    cat "$capi/log"
+    ((capi_fail > 0)) || capi_fail=1
+fi
+echo "C API under qemu: $capi_ok checks passed, $capi_fail failed"
+
 echo "per test binary (wall under qemu; two ran at a time, the demo in one slot first):"
 passed=0 failed=0 filtered=0 crc=0
 for ((k = 0; k < i; k++)); do
@@ -174,5 +199,5 @@ if [[ "$passed" -eq 0 ]]; then
     exit 1
 fi
 echo "aarch64 demo ids equal x86_64's: $([[ $demo_ok -eq 1 ]] && echo yes || echo NO)"
-echo "$((passed + demo_ok)) passed, $((failed + 1 - demo_ok)) failed"
-[[ $crc -eq 0 && $demo_ok -eq 1 ]]
+echo "$((passed + demo_ok + capi_ok)) passed, $((failed + 1 - demo_ok + capi_fail)) failed"
+[[ $crc -eq 0 && $demo_ok -eq 1 && $capi_fail -eq 0 ]]
