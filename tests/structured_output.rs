@@ -335,3 +335,42 @@ fn tool_flags_are_checked_before_loading() {
         assert!(o.stdout.is_empty());
     }
 }
+
+/// Speculative decoding verifies k drafted tokens at once and rolls the grammar back over
+/// the rejected ones: after `rollback(k)` the allowed set is the one k tokens earlier, and
+/// committing the same tokens again lands in the same state.
+#[test]
+fn grammar_rollback_restores_the_earlier_allowed_sets() {
+    let d = bundle_dir();
+    let spec = Spec::load(&d.join("smollm2.json"), &d).unwrap();
+    let tok = qhx::tokenizer::Tokenizer::load(spec.tokenizer_path()).unwrap();
+    let vocab = Vocab::load(spec.tokenizer_path(), spec.vocab(), spec.declared_eos()[0]).unwrap();
+    let schema = json!({"type": "object", "properties": {"name": {"type": "string"},
+        "age": {"type": "integer"}}, "required": ["name", "age"], "additionalProperties": false});
+    let mut c = grammar::Constraint::new(&vocab, &grammar::Spec::JsonSchema(schema)).unwrap();
+    let ids = tok.encode_raw(r#"{"name": "Ann Lee", "age": 42}"#).unwrap();
+    assert!(ids.len() >= 8, "{ids:?}");
+    let allowed = |c: &grammar::Constraint| -> Vec<u32> {
+        (0..spec.vocab() as u32).filter(|&t| c.allows(t)).collect()
+    };
+    let mut before = Vec::new();
+    for &t in &ids {
+        before.push(allowed(&c));
+        assert!(c.allows(t), "token {t} of a valid document is not allowed");
+        c.commit(t).unwrap();
+    }
+    let end = allowed(&c);
+    assert_eq!(
+        end,
+        vec![spec.declared_eos()[0]],
+        "a complete document allows only the end"
+    );
+    for k in [1, 3, 6] {
+        c.rollback(k).unwrap();
+        assert_eq!(allowed(&c), before[ids.len() - k], "rollback({k})");
+        for &t in &ids[ids.len() - k..] {
+            c.commit(t).unwrap();
+        }
+        assert_eq!(allowed(&c), end, "recommitting {k} tokens");
+    }
+}
