@@ -43,13 +43,13 @@ real_stages() {
         rfailed=$((${rfailed:-0} + 1))  # counted, so the closing line cannot read "0 failed"
     fi
 
-    echo "== C API on the real backend (SDK call order, raw text: tiny Qwen2 + tiny Llama-3)"
+    echo "== C API on the real backend (SDK call order, raw text: tiny Qwen2 manifest + a Genie config)"
     qlibs=$(scripts/qnn-libs.sh | tail -n 1)
     calog=$tmp/capi-real.log
     carc=0
     CAPI_OUT=target/capi-real CAPI_MODE=basic LD_LIBRARY_PATH="$qlibs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" tests/capi/run.sh \
         "$qlibs/libQnnHtp.so" "$qlibs/libQnnSystem.so" \
-        "$real/qwen2-fp16-past-head_major/tiny_qwen2.json" "$real/llama3-fp16-past/tiny_llama3.json" \
+        "$real/qwen2-fp16-past-head_major/tiny_qwen2.json" "$real/genie-qwen2-fp16/genie_config.json" \
         2>&1 | tee "$calog" || carc=$?
     grep -q '^capi_test: all passed' "$calog" || carc=1
     rpassed=$((${rpassed:-0} + $(grep -c '^ok ' "$calog" || true)))

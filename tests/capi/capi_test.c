@@ -9,7 +9,7 @@
  * exits 0 only if every check passed. "basic" (for the slow HTP simulator and bundles without
  * a chat template) runs the SDK's call order twice with model A as raw text (no_template;
  * the expected text then comes from the CLI without --chat) and skips the cancellation,
- * refusal and concurrency checks.
+ * refusal and concurrency checks; model B then runs alone (raw text, twice).
  */
 #define _DEFAULT_SOURCE /* usleep */
 #include <qhexrt/qhexrt_c.h>
@@ -335,6 +335,25 @@ int main(int argc, char **argv) {
                   "concurrent B = B alone");
             qhx_session_free(sb);
             /* Freed out of order: the model outlives its handle while a session holds it. */
+            qhx_model_free(b);
+        }
+        if (round == 0 && !full) {
+            /* Model B (e.g. a Genie config) as raw text: the same text twice, as streamed. */
+            qhx_model *b = qhx_model_load(rt, mb, NULL);
+            CHECK(b != NULL, "model B loaded %s", b ? "" : qhx_last_error());
+            if (!b) return 1;
+            qhx_session *sb = qhx_session_create(b);
+            static struct job jb;
+            jb.s = sb; jb.text = "Once upon a time"; jb.no_template = 1;
+            job_run(&jb);
+            char first[65536];
+            snprintf(first, sizeof first, "%s", jb.result);
+            int streamed = strcmp(jb.st.text, jb.result) == 0;
+            job_run(&jb);
+            CHECK(jb.status == QHX_STATUS_OK && streamed && strlen(first) > 0 &&
+                      strcmp(first, jb.result) == 0,
+                  "model B: \"%s\" twice, as streamed", first);
+            qhx_session_free(sb);
             qhx_model_free(b);
         }
         /* The runtime handle first: the model keeps it alive until it goes too. */
