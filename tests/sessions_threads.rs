@@ -5,8 +5,7 @@
 mod common;
 
 use qhx::engine::{Engine, GenConfig, Next};
-use qhx::manifest::Manifest;
-use qhx::model::{LoadOptions, Model};
+use qhx::model::Model;
 use qhx::qnn::Runtime;
 use qnn_emu::writer::SynthSpec;
 use std::sync::{Arc, Barrier};
@@ -28,14 +27,7 @@ fn load(rt: &Arc<Runtime>, name: &str, seed: u64, n_layers: usize) -> Arc<Model>
         n_layers,
         ..SynthSpec::default()
     };
-    let (dir, m) = common::bundle(&format!("sessions_threads_{name}"), &spec);
-    let manifest = Manifest::load(&m, &dir).expect("manifest");
-    let lib = common::emu();
-    let opts = LoadOptions {
-        runtime: Some(Arc::clone(rt)),
-        ..LoadOptions::default()
-    };
-    Arc::new(Model::load(manifest, &lib, &lib, &opts).expect("load"))
+    common::load_on(rt, &format!("sessions_threads_{name}"), &spec)
 }
 
 /// Greedy ids for `prompt`, ignoring end tokens so that every run has the same length.

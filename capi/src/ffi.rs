@@ -40,6 +40,29 @@ fn guard<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|p| Err(panic_failure(p)))
 }
 
+/// A new handle for C, or NULL with the failure's message as this thread's last error.
+fn into_handle<T>(r: Result<T>) -> *mut T {
+    match r {
+        Ok(h) => Box::into_raw(Box::new(h)),
+        Err(f) => {
+            set_last_error(&f.msg);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// Free a handle made by `into_handle` (NULL is a no-op); a panic in a destructor stays here.
+///
+/// # Safety
+/// `p` is NULL or a pointer from `into_handle::<T>`, freed once.
+unsafe fn free_handle<T>(p: *mut T) {
+    if !p.is_null() {
+        // SAFETY: a Box made by into_handle, freed once per the caller's contract.
+        let b = unsafe { Box::from_raw(p) };
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(b)));
+    }
+}
+
 /// A status for C; a failure's message goes to this thread's last error.
 fn status(r: Result<()>) -> Status {
     match r {
@@ -122,26 +145,17 @@ pub unsafe extern "C" fn qhx_runtime_create(
         let htp = unsafe { opt_str(htp_lib, "htp_lib") }?;
         // SAFETY: as above.
         let sys = unsafe { opt_str(system_lib, "system_lib") }?;
-        RuntimeHandle::create(htp, sys)
+        RuntimeHandle::create(htp, sys).map(QhxRuntime)
     });
-    match r {
-        Ok(h) => Box::into_raw(Box::new(QhxRuntime(h))),
-        Err(f) => {
-            set_last_error(&f.msg);
-            std::ptr::null_mut()
-        }
-    }
+    into_handle(r)
 }
 
 /// # Safety
 /// `rt` is NULL or a runtime from `qhx_runtime_create`, freed once.
 #[no_mangle]
 pub unsafe extern "C" fn qhx_runtime_free(rt: *mut QhxRuntime) {
-    if !rt.is_null() {
-        // SAFETY: a Box from qhx_runtime_create, freed once per the contract.
-        let b = unsafe { Box::from_raw(rt) };
-        let _ = catch_unwind(AssertUnwindSafe(move || drop(b)));
-    }
+    // SAFETY: per this function's contract.
+    unsafe { free_handle(rt) }
 }
 
 /// # Safety
@@ -198,26 +212,17 @@ pub unsafe extern "C" fn qhx_model_load(
             .ok_or_else(|| Failure::new(abi::INVALID_ARGUMENT, "manifest_path is NULL"))?;
         // SAFETY: per the contract.
         let root = unsafe { opt_str(artifacts_dir, "artifacts_dir") }?;
-        ModelHandle::load(&rt.0, path, root)
+        ModelHandle::load(&rt.0, path, root).map(|m| QhxModel(Arc::new(m)))
     });
-    match r {
-        Ok(m) => Box::into_raw(Box::new(QhxModel(Arc::new(m)))),
-        Err(f) => {
-            set_last_error(&f.msg);
-            std::ptr::null_mut()
-        }
-    }
+    into_handle(r)
 }
 
 /// # Safety
 /// `m` is NULL or a model from `qhx_model_load`, freed once.
 #[no_mangle]
 pub unsafe extern "C" fn qhx_model_free(m: *mut QhxModel) {
-    if !m.is_null() {
-        // SAFETY: a Box from qhx_model_load, freed once per the contract.
-        let b = unsafe { Box::from_raw(m) };
-        let _ = catch_unwind(AssertUnwindSafe(move || drop(b)));
-    }
+    // SAFETY: per this function's contract.
+    unsafe { free_handle(m) }
 }
 
 /// # Safety
@@ -228,26 +233,17 @@ pub unsafe extern "C" fn qhx_session_create(m: *mut QhxModel) -> *mut QhxSession
         // SAFETY: NULL or a live model, per the contract.
         let m = unsafe { m.as_ref() }
             .ok_or_else(|| Failure::new(abi::INVALID_ARGUMENT, "model is NULL"))?;
-        SessionHandle::create(&m.0)
+        SessionHandle::create(&m.0).map(QhxSession)
     });
-    match r {
-        Ok(s) => Box::into_raw(Box::new(QhxSession(s))),
-        Err(f) => {
-            set_last_error(&f.msg);
-            std::ptr::null_mut()
-        }
-    }
+    into_handle(r)
 }
 
 /// # Safety
 /// `s` is NULL or a session from `qhx_session_create`, freed once, not in use.
 #[no_mangle]
 pub unsafe extern "C" fn qhx_session_free(s: *mut QhxSession) {
-    if !s.is_null() {
-        // SAFETY: a Box from qhx_session_create, freed once per the contract.
-        let b = unsafe { Box::from_raw(s) };
-        let _ = catch_unwind(AssertUnwindSafe(move || drop(b)));
-    }
+    // SAFETY: per this function's contract.
+    unsafe { free_handle(s) }
 }
 
 /// Borrow a session for a call; a failure is recorded on it (or on the thread if NULL).

@@ -197,3 +197,20 @@ pub fn smollm2_dir() -> PathBuf {
     );
     d
 }
+
+/// Write the synthetic bundle `spec` under `tag` and load it onto the shared runtime `rt`
+/// (several models on one backend, as the C API does).
+pub fn load_on(
+    rt: &std::sync::Arc<qhx::qnn::Runtime>,
+    tag: &str,
+    spec: &SynthSpec,
+) -> std::sync::Arc<qhx::model::Model> {
+    let (dir, m) = bundle(tag, spec);
+    let manifest = qhx::manifest::Manifest::load(&m, &dir).expect("manifest");
+    let lib = emu();
+    let opts = qhx::model::LoadOptions {
+        runtime: Some(std::sync::Arc::clone(rt)),
+        ..Default::default()
+    };
+    std::sync::Arc::new(qhx::model::Model::load(manifest, &lib, &lib, &opts).expect("load"))
+}
