@@ -323,36 +323,54 @@ pub unsafe extern "C" fn qhx_generate_options_default(o: *mut GenerateOptions) {
     }
 }
 
-/// The options as this library knows them, reading only the bytes the caller's
-/// `struct_size` covers (an older, shorter struct leaves the rest at defaults).
+/// The options as this library knows them, reading only the fields the caller's
+/// `struct_size` covers whole (an older, shorter struct leaves the rest at defaults; a size
+/// that ends inside a field leaves that field at its default too).
 ///
 /// # Safety
 /// `o` is NULL or readable for its `struct_size` bytes.
 unsafe fn read_options(o: *const GenerateOptions) -> Result<GenerateOptions> {
+    use std::mem::{offset_of, size_of};
     let mut out = GenerateOptions::default();
     if o.is_null() {
         return Ok(out);
     }
     // SAFETY: struct_size is the first field, readable per the contract.
     let size = unsafe { std::ptr::read_unaligned(o as *const u32) } as usize;
-    if size < 4 {
+    if size < size_of::<u32>() {
         return Err(Failure::new(
             abi::INVALID_ARGUMENT,
             format!("options.struct_size is {size}: set it to sizeof(qhx_generate_options)"),
         ));
     }
-    let n = size.min(std::mem::size_of::<GenerateOptions>());
-    // SAFETY: the caller's struct is readable for `size` >= n bytes; ours is n bytes or
-    // more; every bit pattern of the copied prefix is a valid value of its fields (ints,
-    // a nullable fn pointer, a raw pointer).
-    unsafe {
-        std::ptr::copy_nonoverlapping(
-            o as *const u8,
-            &mut out as *mut GenerateOptions as *mut u8,
-            n,
-        )
-    };
-    out.struct_size = n as u32;
+    let covers = |off: usize, len: usize| off + len <= size;
+    // SAFETY (each read below): the field lies within the caller's `size` readable bytes;
+    // reads are unaligned-safe; any bit pattern is a valid int, nullable fn pointer or
+    // raw pointer.
+    if covers(
+        offset_of!(GenerateOptions, disable_thinking),
+        size_of::<i32>(),
+    ) {
+        // SAFETY: see above.
+        out.disable_thinking =
+            unsafe { std::ptr::addr_of!((*o).disable_thinking).read_unaligned() };
+    }
+    if covers(
+        offset_of!(GenerateOptions, should_cancel),
+        size_of::<abi::ShouldCancel>(),
+    ) {
+        // SAFETY: see above.
+        out.should_cancel = unsafe { std::ptr::addr_of!((*o).should_cancel).read_unaligned() };
+    }
+    if covers(
+        offset_of!(GenerateOptions, should_cancel_user),
+        size_of::<*mut c_void>(),
+    ) {
+        // SAFETY: see above.
+        out.should_cancel_user =
+            unsafe { std::ptr::addr_of!((*o).should_cancel_user).read_unaligned() };
+    }
+    out.struct_size = size.min(size_of::<GenerateOptions>()) as u32;
     Ok(out)
 }
 

@@ -301,11 +301,17 @@ int main(int argc, char **argv) {
             rc = qhx_generate_ex(sa, &in, &cfg, &opt, on_token, &st, &out);
             CHECK(rc == QHX_STATUS_INVALID_ARGUMENT, "struct_size 2 -> %s: %s",
                   qhx_status_str(rc), qhx_session_last_error(sa));
-            /* An older, shorter options struct: only struct_size and disable_thinking. */
+            /* An older, shorter options struct: only struct_size and disable_thinking. A size
+             * ending inside should_cancel (here set to a garbage pointer) leaves it unread. */
             opt.struct_size = 8;
             rc = run(sa, PROMPT, 0, &opt, &st, &out);
             CHECK(rc == QHX_STATUS_OK && strcmp(out.text, want_a) == 0,
                   "struct_size 8 reads the prefix only");
+            opt.struct_size = 12;
+            opt.should_cancel = (qhx_should_cancel_cb)(uintptr_t)0x1;
+            rc = run(sa, PROMPT, 0, &opt, &st, &out);
+            CHECK(rc == QHX_STATUS_OK && strcmp(out.text, want_a) == 0,
+                  "struct_size 12 does not read half of should_cancel");
             qhx_generate_options_default(&opt);
             CHECK(qhx_generate_ex(NULL, &in, &cfg, &opt, on_token, &st, &out) ==
                       QHX_STATUS_INVALID_ARGUMENT,
