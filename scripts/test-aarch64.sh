@@ -40,6 +40,7 @@ declare -A cannot=(
     [expect_tokens_passes_on_a_golden_and_fails_on_an_edited_one]="two 32-token SmolLM2 runs (~185 s under qemu); --expect-tokens exit codes are checked on aarch64 by generate_tiny::expect_tokens_exits_0_on_match_and_3_on_divergence"
     [a_wrong_rope_theta_breaks_parity]="a 32-token SmolLM2 run (~140 s under qemu); RoPE theta on aarch64 is checked by rope_golden and by the SmolLM2 ids"
     [stop_string_from_a_golden_ends_the_run_and_is_not_printed]="two 32-token SmolLM2 runs (~140 s under qemu); stop strings on aarch64 are checked by cli_regressions::stop_strings_work_in_interactive_mode and the stop unit tests"
+    [tool_calls_are_parsed_and_match_the_spec]="three SmolLM2 runs with ~180-token tool prompts (several minutes under qemu); the grammar path is the one every_output_validates_against_its_schema_greedy_and_sampled runs here, and tool parsing is checked by the tools unit tests"
     [streamed_text_starts_with_paris_and_stats_go_to_stderr]="the same SmolLM2 prompt as the demo above (~70 s under qemu), which checks the aarch64 ids; stream separation is checked by output_streams and generate_tiny"
 )
 
