@@ -471,14 +471,13 @@ impl Model {
         progress("graph metadata");
         // On a shared runtime its system library reads them; otherwise ours, kept for the
         // runtime opened below.
-        let sys = match &opts.runtime {
-            Some(_) => None,
-            None => Some(qnn::SystemLibrary::load(system)?),
-        };
-        let infos = match (&sys, &opts.runtime) {
-            (Some(s), _) => read_infos(&m, s)?,
-            (None, Some(rt)) => read_infos(&m, rt.system())?,
-            (None, None) => unreachable!("a system library is loaded when no runtime is given"),
+        let (sys, infos) = match &opts.runtime {
+            Some(rt) => (None, read_infos(&m, rt.system())?),
+            None => {
+                let s = qnn::SystemLibrary::load(system)?;
+                let infos = read_infos(&m, &s)?;
+                (Some(s), infos)
+            }
         };
         check_graphs(&m, &infos)?;
         if opts.cancel.is_cancelled() {
