@@ -800,7 +800,7 @@ fn bad_input_catalogue() {
         for (k, val) in &c.env {
             cmd.env(k, val);
         }
-        let o = cmd.output().expect("spawn");
+        let o = cmd.output_within();
         let err = stderr(&o);
         let lines: Vec<&str> = err.lines().filter(|l| !l.starts_with("qhx ")).collect();
         let mut why = Vec::new();

@@ -22,7 +22,7 @@ fn run(args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> Output {
     for (k, v) in env {
         c.env(k, v);
     }
-    c.output().unwrap()
+    c.output_within()
 }
 
 /// The banner prints once the bundle has loaded.
@@ -79,8 +79,7 @@ fn a_mistyped_artifacts_root_is_an_error_not_a_prompt() {
         .arg(&lib)
         .arg("smollm2_typo")
         .arg("4")
-        .output()
-        .unwrap();
+        .output_within();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(o.stdout.is_empty(), "generated: {}", stdout(&o));
 }
@@ -313,8 +312,7 @@ fn n_predict_is_an_alias_of_n_tokens() {
         .arg(&lib)
         .arg(&d)
         .args(["-n", "5", "-p", "alias", "--ignore-eos", "--json"])
-        .output()
-        .unwrap();
+        .output_within();
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(ids(&json(&o), "output_ids").len(), 5);
     let o = generate(&m, &d, "4", "alias", &["-n", "5"], &[]);
@@ -333,7 +331,7 @@ fn quiet_prints_no_banner_and_no_stats() {
 
 #[test]
 fn version_names_the_commit_and_the_qnn_api_range() {
-    let o = command(bin()).arg("--version").output().unwrap();
+    let o = command(bin()).arg("--version").output_within();
     assert!(o.status.success());
     let v = stdout(&o);
     assert!(v.starts_with("qhx_generate 0."), "{v}");
@@ -417,8 +415,7 @@ fn load_progress_shows_on_a_terminal_only() {
     // `script` runs the command on a pseudo-terminal (util-linux).
     let o = Command::new("script")
         .args(["-qec", &cmd(""), "/dev/null"])
-        .output()
-        .expect("util-linux `script` (a pseudo-terminal for the child) must be installed");
+        .output_within();
     let tty = stdout(&o);
     assert!(o.status.success(), "{tty}");
     assert!(tty.contains("\r\x1b[2Kqhx: loading context 1/3"), "{tty:?}");
@@ -427,8 +424,7 @@ fn load_progress_shows_on_a_terminal_only() {
     assert!(tty[erased..].starts_with("\r\x1b[2Kqhx 0."), "{tty:?}");
     let quiet = Command::new("script")
         .args(["-qec", &cmd("--quiet"), "/dev/null"])
-        .output()
-        .unwrap();
+        .output_within();
     assert!(!stdout(&quiet).contains("loading"), "{}", stdout(&quiet));
     // Not on a pipe.
     let o = generate(&m, &d, "2", "hi", &[], &[]);
@@ -706,7 +702,7 @@ fn bad_ids_and_bad_prompt_files_are_usage_errors() {
         .arg("4")
         .arg("--tokens-in")
         .arg(&ids);
-    let o = c.output().unwrap();
+    let o = c.output_within();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     let f = d.join("p.txt");
     std::fs::write(&f, b"caf\xe9").unwrap();
@@ -718,7 +714,7 @@ fn bad_ids_and_bad_prompt_files_are_usage_errors() {
         .arg("4")
         .arg("-f")
         .arg(&f);
-    let o = c.output().unwrap();
+    let o = c.output_within();
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
 

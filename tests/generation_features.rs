@@ -107,8 +107,7 @@ fn public_clone_argument_order_is_understood() {
         .arg("order test")
         .arg("5")
         .arg("--json")
-        .output()
-        .unwrap();
+        .output_within();
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("MANIFEST HTP SYSTEM PROMPT [N]"),

@@ -58,8 +58,7 @@ fn json_is_the_only_stdout() {
         .env("QHX_EMU_LIB", emu())
         // The emulator's banner is on by default; say so, in case the environment has it off.
         .env("QNN_EMU_STDOUT", "1")
-        .output()
-        .unwrap();
+        .output_within();
     let out = stdout(&o);
     assert!(o.status.success(), "{}\n{out}", stderr(&o));
     let (_, doc) = out

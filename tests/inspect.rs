@@ -18,8 +18,7 @@ fn inspect(backend: &str, bins: &[&Path], extra: &[&str]) -> Output {
         .arg(emu())
         .args(bins)
         .args(extra)
-        .output()
-        .expect("spawn qhx_inspect")
+        .output_within()
 }
 
 fn bins_of(d: &Path) -> Vec<PathBuf> {
@@ -160,8 +159,7 @@ fn random_file_is_a_one_line_error() {
         .arg("-")
         .arg(&fake)
         .arg(&p)
-        .output()
-        .unwrap();
+        .output_within();
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
 }
@@ -261,7 +259,7 @@ fn a_context_binary_where_a_library_belongs_is_named() {
         .unwrap();
     let lib = emu();
     let run = |args: &[&std::ffi::OsStr]| {
-        let o = command(inspect_bin()).args(args).output().unwrap();
+        let o = command(inspect_bin()).args(args).output_within();
         assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
         assert!(o.stdout.is_empty());
         let err = stderr(&o);

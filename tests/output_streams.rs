@@ -46,8 +46,7 @@ fn inspect_json_is_one_document_too() {
     let o = command(inspect)
         .args([lib.as_os_str(), lib.as_os_str(), bin.as_os_str()])
         .arg("--json")
-        .output()
-        .unwrap();
+        .output_within();
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value =
         serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(&o)));

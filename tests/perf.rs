@@ -333,8 +333,7 @@ fn bench(tag: &str, extra: &[&str]) -> (std::process::Output, String) {
         .arg(&dir)
         .arg("--bench")
         .args(extra)
-        .output()
-        .unwrap();
+        .output_within();
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     (o, out)

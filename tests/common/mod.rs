@@ -4,8 +4,10 @@
 
 use qnn_emu::writer::{write_bundle, SynthSpec};
 use std::ffi::OsStr;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// The binary under test: this build's, or `QHX_TEST_BIN` (e.g. an older build, to show
 /// that a regression test fails there; the emulator is taken from beside it).
@@ -119,9 +121,82 @@ pub fn generate(
     extra: &[&str],
     env: &[(&str, &str)],
 ) -> Output {
-    generate_command(manifest, root, n, prompt, extra, env)
-        .output()
-        .expect("spawn qhx_generate")
+    generate_command(manifest, root, n, prompt, extra, env).output_within()
+}
+
+/// How long one child process may run before the test fails: `QHX_TEST_CHILD_TIMEOUT`
+/// seconds, else 600 (2400 through a runner such as qemu-user). A hung child then fails its
+/// test with what it printed instead of holding the whole suite until CI's own limit.
+pub fn child_limit() -> Duration {
+    let default = if runner().is_empty() { 600 } else { 2400 };
+    let secs = std::env::var("QHX_TEST_CHILD_TIMEOUT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default);
+    Duration::from_secs(secs)
+}
+
+/// `Command::output` with a deadline ([`child_limit`]): past it the child is killed and the
+/// test panics with the command and the output so far.
+pub trait OutputWithin {
+    fn output_within(&mut self) -> Output;
+}
+
+impl OutputWithin for Command {
+    fn output_within(&mut self) -> Output {
+        let limit = child_limit();
+        let what = format!("{self:?}");
+        let mut child = self
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
+        // Readers on their own threads: a child blocked on a full pipe never exits.
+        let drain = |r: Option<Box<dyn Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                if let Some(mut r) = r {
+                    let _ = r.read_to_end(&mut buf);
+                }
+                buf
+            })
+        };
+        let out = drain(
+            child
+                .stdout
+                .take()
+                .map(|r| Box::new(r) as Box<dyn Read + Send>),
+        );
+        let err = drain(
+            child
+                .stderr
+                .take()
+                .map(|r| Box::new(r) as Box<dyn Read + Send>),
+        );
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("wait for child") {
+                break s;
+            }
+            if t0.elapsed() > limit {
+                let _ = child.kill();
+                let _ = child.wait();
+                let stderr = err.join().unwrap_or_default();
+                panic!(
+                    "child still running after {} s, killed: {what}\nstderr so far:\n{}",
+                    limit.as_secs(),
+                    String::from_utf8_lossy(&stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        Output {
+            status,
+            stdout: out.join().unwrap_or_default(),
+            stderr: err.join().unwrap_or_default(),
+        }
+    }
 }
 
 pub fn stderr(o: &Output) -> String {
