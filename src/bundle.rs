@@ -266,6 +266,14 @@ impl Loaded {
         }
     }
 
+    /// The resolved graph plan (what the runner executes).
+    pub fn plan(&self) -> &Arc<crate::plan::Plan> {
+        match self {
+            Loaded::Manifest(m) => &m.plan,
+            Loaded::Genie(g) => &g.plan,
+        }
+    }
+
     pub fn tokenizer(&self) -> &Tokenizer {
         match self {
             Loaded::Manifest(m) => &m.tokenizer,

@@ -1,5 +1,7 @@
-//! KV cache row addressing for the two layouts graphs use, and row copies between
-//! tensors of possibly different dtypes. Work per copied row is O(K), never O(C).
+//! KV cache row addressing for the layouts graphs use, and row copies between tensors of
+//! possibly different dtypes and layouts: the one K/V copy routine of the runner (new rows
+//! into the cache, and a whole cache from one step's past inputs to another's). Work per
+//! copied row is O(K), never O(C).
 
 use crate::ops::convert::{Typed, TypedMut};
 
@@ -9,6 +11,8 @@ pub enum KvLayout {
     PosMajor,
     /// [n_kv, rows, head_dim]
     HeadMajor,
+    /// [n_kv, head_dim, rows]: keys transposed, as Genie's graphs take them.
+    DimMajor,
 }
 
 /// Shape facts of one K or V tensor.
@@ -48,54 +52,108 @@ impl KvShape {
         })
     }
 
-    /// Element offset of KV head `g` at position `row` (head_dim elements follow).
-    fn offset(&self, row: usize, g: usize) -> usize {
+    /// Element offset of element `d` of KV head `g` at position `row`.
+    fn offset(&self, row: usize, g: usize, d: usize) -> usize {
         match self.layout {
-            KvLayout::PosMajor => (row * self.n_kv + g) * self.head_dim,
-            KvLayout::HeadMajor => (g * self.rows + row) * self.head_dim,
+            KvLayout::PosMajor => (row * self.n_kv + g) * self.head_dim + d,
+            KvLayout::HeadMajor => (g * self.rows + row) * self.head_dim + d,
+            KvLayout::DimMajor => (g * self.head_dim + d) * self.rows + row,
         }
     }
 }
 
-/// Copy positions `src_row0..src_row0+n` of `src` into `dst_row0..` of `dst`, converting
-/// through f32 (`scratch`, head_dim or K floats) when the element types differ.
+/// Call `f(src_offset, dst_offset, len)` for contiguous runs covering rows
+/// `src_row0..src_row0+n` of `ss` into `dst_row0..` of `ds`: a whole position when both are
+/// position-major, a head's row when neither is transposed, `n` rows of one (head, dim)
+/// when both are, one element otherwise.
+fn for_each_run(
+    (ss, src_row0): (&KvShape, usize),
+    (ds, dst_row0): (&KvShape, usize),
+    n: usize,
+    mut f: impl FnMut(usize, usize, usize),
+) {
+    let (hd, heads) = (ss.head_dim, ss.n_kv);
+    use KvLayout::*;
+    match (ss.layout, ds.layout) {
+        (PosMajor, PosMajor) => {
+            let k = heads * hd;
+            for r in 0..n {
+                f(
+                    ss.offset(src_row0 + r, 0, 0),
+                    ds.offset(dst_row0 + r, 0, 0),
+                    k,
+                );
+            }
+        }
+        (DimMajor, DimMajor) => {
+            for g in 0..heads {
+                for d in 0..hd {
+                    f(ss.offset(src_row0, g, d), ds.offset(dst_row0, g, d), n);
+                }
+            }
+        }
+        (a, b) if a != DimMajor && b != DimMajor => {
+            for r in 0..n {
+                for g in 0..heads {
+                    f(
+                        ss.offset(src_row0 + r, g, 0),
+                        ds.offset(dst_row0 + r, g, 0),
+                        hd,
+                    );
+                }
+            }
+        }
+        _ => {
+            for r in 0..n {
+                for g in 0..heads {
+                    for d in 0..hd {
+                        f(
+                            ss.offset(src_row0 + r, g, d),
+                            ds.offset(dst_row0 + r, g, d),
+                            1,
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Copy positions `src_row0..src_row0+n` of `src` into `dst_row0..` of `dst`: element
+/// copies when both sides share an encoding, through f32 (`scratch`) when they differ.
 pub fn copy_rows(
     (src, ss, src_row0): (&Typed<'_>, &KvShape, usize),
     (dst, ds, dst_row0): (&mut TypedMut<'_>, &KvShape, usize),
     n: usize,
     scratch: &mut Vec<f32>,
 ) {
-    // Position-major on both sides: a position is one contiguous run of K elements.
-    let whole = ss.layout == KvLayout::PosMajor && ds.layout == KvLayout::PosMajor;
-    let (heads, len) = if whole {
-        (1, ss.n_kv * ss.head_dim)
-    } else {
-        (ss.n_kv, ss.head_dim)
-    };
-    for r in 0..n {
-        for g in 0..heads {
-            let (so, do_) = (ss.offset(src_row0 + r, g), ds.offset(dst_row0 + r, g));
-            match (src, &mut *dst) {
-                (Typed::F32(s), TypedMut::F32(d)) => {
-                    d[do_..do_ + len].copy_from_slice(&s[so..so + len])
-                }
-                (Typed::F16(s), TypedMut::F16(d)) => {
-                    d[do_..do_ + len].copy_from_slice(&s[so..so + len])
-                }
-                (Typed::U16(s, qs), TypedMut::U16(d, qd)) if qs == qd => {
-                    d[do_..do_ + len].copy_from_slice(&s[so..so + len])
-                }
-                (Typed::U8(s, qs), TypedMut::U8(d, qd)) if qs == qd => {
-                    d[do_..do_ + len].copy_from_slice(&s[so..so + len])
-                }
-                (src, dst) => {
-                    scratch.resize(len, 0.0);
-                    src.read_f32(so, scratch);
-                    dst.write_f32(do_, scratch);
-                }
+    for_each_run((ss, src_row0), (ds, dst_row0), n, |so, do_, len| {
+        match (src, &mut *dst) {
+            (Typed::F32(s), TypedMut::F32(d)) => {
+                d[do_..do_ + len].copy_from_slice(&s[so..so + len])
+            }
+            (Typed::F16(s), TypedMut::F16(d)) => {
+                d[do_..do_ + len].copy_from_slice(&s[so..so + len])
+            }
+            (Typed::U16(s, qs), TypedMut::U16(d, qd)) if qs == qd => {
+                d[do_..do_ + len].copy_from_slice(&s[so..so + len])
+            }
+            (Typed::I16(s, qs), TypedMut::I16(d, qd)) if qs == qd => {
+                d[do_..do_ + len].copy_from_slice(&s[so..so + len])
+            }
+            (Typed::U8(s, qs), TypedMut::U8(d, qd)) if qs == qd => {
+                d[do_..do_ + len].copy_from_slice(&s[so..so + len])
+            }
+            (Typed::I8(s, qs), TypedMut::I8(d, qd)) if qs == qd => {
+                d[do_..do_ + len].copy_from_slice(&s[so..so + len])
+            }
+            (src, dst) => {
+                scratch.resize(len, 0.0);
+                src.read_f32(so, scratch);
+                dst.write_f32(do_, scratch);
             }
         }
-    }
+    });
 }
 
 #[cfg(test)]
@@ -130,5 +188,48 @@ mod tests {
         let got: Vec<f32> = dst.iter().map(|v| v.to_f32()).collect();
         // head 0: rows 1,2 = [0,1],[4,5]; head 1: rows 1,2 = [2,3],[6,7]
         assert_eq!(got, vec![0., 0., 0., 1., 4., 5., 0., 0., 2., 3., 6., 7.]);
+    }
+
+    #[test]
+    fn copies_transposed_keys_in_runs_and_across_layouts() {
+        // [n_kv 2, head_dim 2, rows 3] (Genie keys), rows 0..2 holding values r*10 + g*2 + d.
+        let shape = |layout, rows| KvShape {
+            layout,
+            rows,
+            n_kv: 2,
+            head_dim: 2,
+        };
+        let src_s = shape(KvLayout::DimMajor, 2);
+        let mut src = vec![0f32; 8];
+        for r in 0..2 {
+            for g in 0..2 {
+                for d in 0..2 {
+                    src[src_s.offset(r, g, d)] = (r * 10 + g * 2 + d) as f32;
+                }
+            }
+        }
+        let mut scratch = Vec::new();
+        // Into a transposed cache of 4 rows at slot 1: runs of 2 rows per (head, dim).
+        let dst_s = shape(KvLayout::DimMajor, 4);
+        let mut dst = vec![-1f32; 16];
+        copy_rows(
+            (&Typed::F32(&src), &src_s, 0),
+            (&mut TypedMut::F32(&mut dst), &dst_s, 1),
+            2,
+            &mut scratch,
+        );
+        assert_eq!(&dst[..4], &[-1.0, 0.0, 10.0, -1.0]);
+        assert_eq!(&dst[12..], &[-1.0, 3.0, 13.0, -1.0]);
+        // Into a position-major f16 cache: element by element, converted.
+        let pm = shape(KvLayout::PosMajor, 2);
+        let mut h = vec![half::f16::ZERO; 8];
+        copy_rows(
+            (&Typed::F32(&src), &src_s, 0),
+            (&mut TypedMut::F16(&mut h), &pm, 0),
+            2,
+            &mut scratch,
+        );
+        let got: Vec<f32> = h.iter().map(|v| v.to_f32()).collect();
+        assert_eq!(got, vec![0., 1., 2., 3., 10., 11., 12., 13.]);
     }
 }

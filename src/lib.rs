@@ -1,8 +1,9 @@
 //! qhx: an LLM runtime for the Qualcomm Hexagon NPU that runs QNN context-binary bundles.
 //!
 //! The host does what the graphs cannot: embedding lookup, RoPE tables, attention masks,
-//! KV bookkeeping, sampling and detokenization. [`model`] loads a bundle through QNN,
-//! [`engine`] runs the token loop, [`qnn`] is the safe wrapper over `qnn-sys`.
+//! KV bookkeeping, sampling and detokenization. [`model`] and [`genie`] load a bundle
+//! through QNN and resolve its graphs into a [`plan`], [`runner`] executes a plan,
+//! [`engine`] runs the token loop over it, [`qnn`] is the safe wrapper over `qnn-sys`.
 
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -22,10 +23,12 @@ pub mod kv;
 pub mod manifest;
 pub mod model;
 pub mod ops;
+pub mod plan;
 // The one module allowed `unsafe`: the safe wrapper over qnn-sys.
 #[allow(unsafe_code)]
 pub mod qnn;
 pub mod reasoning;
+pub mod runner;
 pub mod sampler;
 pub mod stats;
 pub mod stop;

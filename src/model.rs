@@ -2,49 +2,15 @@
 //! graph tensor against the manifest. Bindings are built from the binaries' descriptors.
 
 use crate::error::{Error, Result};
-use crate::kv::KvShape;
 use crate::manifest::{GraphRef, Manifest};
 use crate::ops::embed::EmbedTable;
-use crate::qnn::{self, BinaryInfo, Context, Graph, GraphDesc, Runtime, TensorDesc};
+use crate::plan::{self, Plan};
+use crate::qnn::{self, BinaryInfo, Context, Graph, GraphDesc, Runtime};
 use crate::tokenizer::Tokenizer;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
-
-/// Tensor positions of a prefill or decode graph, resolved by name once.
-#[derive(Debug, Clone)]
-pub struct LayerIo {
-    pub x: usize,
-    pub cos: usize,
-    pub sin: usize,
-    pub mask: usize,
-    pub y: usize,
-    /// Per layer (input index of past K, input index of past V), when the graph has them.
-    pub past: Vec<(usize, usize)>,
-    /// Per layer (output index of new K, output index of new V).
-    pub new: Vec<(usize, usize)>,
-    /// Rows per execute (P for prefill, 1 for decode).
-    pub rows: usize,
-    /// KV capacity of the past inputs (C), 0 without past.
-    pub ctx: usize,
-    pub past_shape: Option<KvShape>,
-    pub new_shape: KvShape,
-}
-
-/// A graph retrieved from its context, with the descriptor it was validated against.
-pub struct LoadedGraph {
-    pub graph: Graph,
-    pub desc: GraphDesc,
-}
-
-/// A prefill or decode graph (the whole decoder layer stack in one graph) and its resolved
-/// tensor positions.
-pub struct LayerStackGraph {
-    pub graph: Graph,
-    pub desc: GraphDesc,
-    pub io: LayerIo,
-}
 
 /// What a graph of the bundle is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,10 +43,8 @@ impl GraphRole {
 pub struct Model {
     pub manifest: Manifest,
     pub rt: Arc<Runtime>,
-    pub prefill: Option<LayerStackGraph>,
-    pub decode: LayerStackGraph,
-    pub lmhead: LoadedGraph,
-    pub embed: EmbedTable,
+    /// The graphs, the embedding table and how the host feeds them.
+    pub plan: Arc<Plan>,
     pub tokenizer: Tokenizer,
     /// End tokens: the manifest's eos ids plus the tokenizer's well-known end tokens.
     pub eos: Vec<u32>,
@@ -89,11 +53,6 @@ pub struct Model {
     pub load_ms: f64,
     /// Per context binary: (file, ms to create).
     pub context_ms: Vec<(PathBuf, f64)>,
-    /// Host bytes a decode step writes into graph inputs: one embedding row, one RoPE row
-    /// (cos + sin), one mask slot, one K and one V row per layer, and the lm-head input.
-    /// A formula over the descriptors, computed once at load (not a measurement); it has no
-    /// C term.
-    pub decode_bytes_formula: usize,
     /// Why rpcmem is not in use (None when it is loaded).
     pub rpcmem_note: Option<String>,
     /// Problems that did not stop the load (e.g. a refused performance vote).
@@ -103,8 +62,7 @@ pub struct Model {
 impl Model {
     /// The dtype name of the decode graph's hidden-state input (the bundle's I/O type).
     pub fn io_dtype(&self) -> &'static str {
-        let d = &self.decode;
-        qnn_sys::dtype::name(d.desc.inputs[d.io.x].dtype)
+        self.plan.io_dtypes().0
     }
 }
 
@@ -153,199 +111,6 @@ fn pick_graph<'a>(info: &'a BinaryInfo, r: &GraphRef, role: GraphRole) -> Result
             ),
         }),
     }
-}
-
-fn find<'a>(
-    list: &'a [TensorDesc],
-    name: &str,
-    graph: &str,
-    what: &str,
-) -> Result<(usize, &'a TensorDesc)> {
-    list.iter()
-        .enumerate()
-        .find(|(_, t)| t.name == name)
-        .ok_or_else(|| {
-            Error::graph(
-                graph,
-                format!(
-                    "has no {what} tensor named {name:?} (it has: {})",
-                    list.iter()
-                        .map(|t| t.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            )
-        })
-}
-
-fn elems_of(t: &TensorDesc) -> usize {
-    t.elems()
-}
-
-/// Check every tensor's dtype is one the host can convert.
-fn check_dtypes(g: &GraphDesc) -> Result<()> {
-    for t in g.inputs.iter().chain(&g.outputs) {
-        if !qnn::buffer_dtype_supported(t.dtype) {
-            return Err(Error::graph(
-                &g.name,
-                format!(
-                    "tensor {} has dtype {}, which qhx cannot read or write",
-                    t.describe(),
-                    qnn_sys::dtype::name(t.dtype)
-                ),
-            ));
-        }
-        if t.bytes() > u32::MAX as usize {
-            return Err(Error::graph(
-                &g.name,
-                format!(
-                    "tensor {} exceeds the 4 GiB client-buffer limit",
-                    t.describe()
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Resolve and validate the I/O of a prefill (`decode == false`) or decode graph.
-fn layer_io(m: &Manifest, g: &GraphDesc, decode: bool) -> Result<LayerIo> {
-    let p = &m.params;
-    let (h, hd, k) = (p.hidden, p.head_dim, m.kv_dim());
-    let gn = g.name.as_str();
-    // Tensor names by role; `plan.io` may rename them for bundles with other conventions.
-    let nm = |role: &str, i: Option<usize>| m.plan.tensor_name(role, i);
-    let (x, xt) = find(&g.inputs, &nm("x", None), gn, "input")?;
-    let rows = elems_of(xt) / h;
-    if rows == 0 || elems_of(xt) != rows * h {
-        return Err(Error::graph(
-            gn,
-            format!(
-                "input {} is not a whole number of hidden={h} rows",
-                xt.describe()
-            ),
-        ));
-    }
-    if decode && rows != 1 {
-        return Err(Error::graph(
-            gn,
-            format!(
-                "decode input {} must hold one row of hidden={h}",
-                xt.describe()
-            ),
-        ));
-    }
-    let (cos, ct) = find(&g.inputs, &nm("cos", None), gn, "input")?;
-    let (sin, st) = find(&g.inputs, &nm("sin", None), gn, "input")?;
-    for t in [ct, st] {
-        if elems_of(t) != rows * hd {
-            return Err(Error::graph(
-                gn,
-                format!("input {} should be {rows} x head_dim={hd}", t.describe()),
-            ));
-        }
-    }
-    let (mask, mt) = find(&g.inputs, &nm("cmask", None), gn, "input")?;
-    let (y, yt) = find(&g.outputs, &nm("y", None), gn, "output")?;
-    if elems_of(yt) != rows * h {
-        return Err(Error::graph(
-            gn,
-            format!("output {} should be {rows} x hidden={h}", yt.describe()),
-        ));
-    }
-    let mut past = Vec::new();
-    let mut new = Vec::new();
-    let mut past_shape = None;
-    let mut new_shape = None;
-    for i in 0..p.n_layers {
-        let (nk, nkt) = find(&g.outputs, &nm("new_k", Some(i)), gn, "output")?;
-        let (nv, nvt) = find(&g.outputs, &nm("new_v", Some(i)), gn, "output")?;
-        for t in [nkt, nvt] {
-            let s = KvShape::from_dims(&t.dims, p.n_kv_heads, hd)
-                .filter(|s| s.rows == rows)
-                .ok_or_else(|| {
-                    Error::graph(
-                        gn,
-                        format!("output {} should hold {rows} rows of K={k}", t.describe()),
-                    )
-                })?;
-            new_shape = Some(s);
-        }
-        new.push((nk, nv));
-        let has_past = g.inputs.iter().any(|t| t.name == nm("past_k", Some(i)));
-        if has_past || decode {
-            let (pk, pkt) = find(&g.inputs, &nm("past_k", Some(i)), gn, "input")?;
-            let (pv, pvt) = find(&g.inputs, &nm("past_v", Some(i)), gn, "input")?;
-            for t in [pkt, pvt] {
-                let s = KvShape::from_dims(&t.dims, p.n_kv_heads, hd)
-                    .filter(|s| s.rows > 0)
-                    .ok_or_else(|| {
-                        Error::graph(
-                            gn,
-                            format!(
-                                "input {} should be [C, K={k}] or [n_kv, C, head_dim]",
-                                t.describe()
-                            ),
-                        )
-                    })?;
-                if let Some(prev) = past_shape {
-                    let prev: KvShape = prev;
-                    if prev.rows != s.rows {
-                        return Err(Error::graph(
-                            gn,
-                            format!(
-                                "input {} disagrees on the cache length C={}",
-                                t.describe(),
-                                prev.rows
-                            ),
-                        ));
-                    }
-                }
-                past_shape = Some(s);
-            }
-            past.push((pk, pv));
-        }
-    }
-    // A graph with more layers than the manifest says would run with unfed caches.
-    for role in ["new_k", "past_k"] {
-        let extra = nm(role, Some(p.n_layers));
-        if g.inputs.iter().chain(&g.outputs).any(|t| t.name == extra) {
-            return Err(Error::graph(
-                gn,
-                format!(
-                    "has tensor {extra:?}, a layer beyond params.n_layers={} (the manifest's layer count does not match the graph)",
-                    p.n_layers
-                ),
-            ));
-        }
-    }
-    let ctx = past_shape.map_or(0, |s| s.rows);
-    let want_mask = if decode {
-        ctx
-    } else if ctx > 0 {
-        rows * (ctx + rows)
-    } else {
-        rows * rows
-    };
-    if elems_of(mt) != want_mask {
-        return Err(Error::graph(
-            gn,
-            format!("input {} should have {want_mask} elements", mt.describe()),
-        ));
-    }
-    Ok(LayerIo {
-        x,
-        cos,
-        sin,
-        mask,
-        y,
-        past,
-        new,
-        rows,
-        ctx,
-        past_shape,
-        new_shape: new_shape.expect("n_layers > 0"),
-    })
 }
 
 /// End-of-turn / end-of-text tokens of common chat models (Llama-3 instruct, DeepSeek-R1,
@@ -510,32 +275,28 @@ impl Model {
         }
         let (rt, rpcmem_note, warnings, contexts, context_ms) = stage2?;
         progress("graphs");
-        let prefill = match &m.prefill {
-            Some(r) => Some(layer_graph(&m, &contexts, r, GraphRole::Prefill)?),
-            None => None,
+        let graph = |r: &GraphRef, role| load_graph(&contexts, r, role);
+        let graphs = plan::manifest::Graphs {
+            prefill: m
+                .prefill
+                .as_ref()
+                .map(|r| graph(r, GraphRole::Prefill))
+                .transpose()?,
+            decode: graph(&m.decode, GraphRole::Decode)?,
+            lmhead: graph(&m.lmhead, GraphRole::LmHead)?,
         };
-        let decode = layer_graph(&m, &contexts, &m.decode, GraphRole::Decode)?;
-        let lmhead = load_graph(&contexts, &m.lmhead, GraphRole::LmHead)?;
-        check_lmhead(&m, &lmhead.desc)?;
-        if let Some(pre) = &prefill {
-            check_prefill_shares_cache(pre, &decode)?;
-        }
-        let max_ctx = m.params.max_ctx.min(decode.io.ctx);
+        let plan = plan::manifest::resolve(&m, graphs, Some(embed))?;
+        let max_ctx = plan.max_ctx;
         let eos = end_tokens(&m, &tokenizer);
-        let decode_bytes_formula = decode_bytes_formula(&m, &decode, &lmhead.desc);
         Ok(Model {
             eos,
             manifest: m,
             rt,
-            prefill,
-            decode,
-            lmhead,
-            embed,
+            plan: Arc::new(plan),
             tokenizer,
             max_ctx,
             load_ms: t0_ms(t0),
             context_ms,
-            decode_bytes_formula,
             rpcmem_note,
             warnings,
         })
@@ -628,22 +389,22 @@ fn read_infos(m: &Manifest, sys: &qnn::SystemLibrary) -> Result<HashMap<PathBuf,
 }
 
 /// Every check of the graphs that needs only their metadata: the manifest's graph names
-/// (or the role guess), dtypes, the layer I/O contract and the lm-head's shape.
+/// (or the role guess), dtypes, the layer I/O contract and the lm-head's shape — the plan
+/// resolved without graph handles.
 fn check_graphs(m: &Manifest, infos: &HashMap<PathBuf, BinaryInfo>) -> Result<()> {
-    let desc = |r: &GraphRef, role: GraphRole| -> Result<GraphDesc> {
-        let d = pick_graph(&infos[&r.bin], r, role)?.clone();
-        check_dtypes(&d)?;
-        Ok(d)
+    let desc = |r: &GraphRef, role: GraphRole| -> Result<((), GraphDesc)> {
+        Ok(((), pick_graph(&infos[&r.bin], r, role)?.clone()))
     };
-    if let Some(r) = &m.prefill {
-        let d = desc(r, GraphRole::Prefill)?;
-        let io = layer_io(m, &d, false)?;
-        if io.new_shape.rows != io.rows {
-            return Err(Error::graph(&d.name, "new_k/new_v rows disagree with x"));
-        }
-    }
-    layer_io(m, &desc(&m.decode, GraphRole::Decode)?, true)?;
-    check_lmhead(m, &desc(&m.lmhead, GraphRole::LmHead)?)
+    let graphs = plan::manifest::Graphs {
+        prefill: m
+            .prefill
+            .as_ref()
+            .map(|r| desc(r, GraphRole::Prefill))
+            .transpose()?,
+        decode: desc(&m.decode, GraphRole::Decode)?,
+        lmhead: desc(&m.lmhead, GraphRole::LmHead)?,
+    };
+    plan::manifest::resolve(m, graphs, None).map(drop)
 }
 
 /// Each distinct binary once: map it, create its context, and drop the mapping right away,
@@ -683,91 +444,12 @@ fn create_contexts(
     Ok((contexts, context_ms))
 }
 
-fn load_graph(contexts: &Contexts, r: &GraphRef, role: GraphRole) -> Result<LoadedGraph> {
+fn load_graph(contexts: &Contexts, r: &GraphRef, role: GraphRole) -> Result<(Graph, GraphDesc)> {
     let (ctx, info) = &contexts[&r.bin];
     let desc = pick_graph(info, r, role)?.clone();
-    check_dtypes(&desc)?;
+    plan::check_dtypes(&desc)?;
     let graph = ctx.graph(&desc.name)?;
-    Ok(LoadedGraph { graph, desc })
-}
-
-fn layer_graph(
-    m: &Manifest,
-    contexts: &Contexts,
-    r: &GraphRef,
-    role: GraphRole,
-) -> Result<LayerStackGraph> {
-    let LoadedGraph { graph, desc } = load_graph(contexts, r, role)?;
-    let io = layer_io(m, &desc, role == GraphRole::Decode)?;
-    if role == GraphRole::Prefill && io.new_shape.rows != io.rows {
-        return Err(Error::graph(&desc.name, "new_k/new_v rows disagree with x"));
-    }
-    Ok(LayerStackGraph { graph, desc, io })
-}
-
-/// An lm-head maps one hidden state to vocab logits.
-fn check_lmhead(m: &Manifest, d: &GraphDesc) -> Result<()> {
-    if d.inputs.len() != 1 || d.outputs.len() != 1 {
-        return Err(Error::graph(
-            &d.name,
-            format!(
-                "an lm-head graph has one input and one output, this one has {} and {}",
-                d.inputs.len(),
-                d.outputs.len()
-            ),
-        ));
-    }
-    if d.inputs[0].elems() != m.params.hidden {
-        return Err(Error::graph(
-            &d.name,
-            format!(
-                "input {} should hold hidden={}",
-                d.inputs[0].describe(),
-                m.params.hidden
-            ),
-        ));
-    }
-    if d.outputs[0].elems() != m.params.vocab {
-        return Err(Error::graph(
-            &d.name,
-            format!(
-                "output {} should hold vocab={}",
-                d.outputs[0].describe(),
-                m.params.vocab
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// A chunked prefill reads the decode cache in place: same capacity, layout, dtype and
-/// scale.
-fn check_prefill_shares_cache(pre: &LayerStackGraph, dec: &LayerStackGraph) -> Result<()> {
-    if pre.io.ctx > 0 && pre.io.ctx != dec.io.ctx {
-        return Err(Error::graph(
-            &pre.desc.name,
-            format!(
-                "past inputs hold {} positions but the decode cache holds {}",
-                pre.io.ctx, dec.io.ctx
-            ),
-        ));
-    }
-    for (&(pk, pv), &(dk, dv)) in pre.io.past.iter().zip(&dec.io.past) {
-        for (a, b) in [(pk, dk), (pv, dv)] {
-            let (ta, tb) = (&pre.desc.inputs[a], &dec.desc.inputs[b]);
-            if ta.dims != tb.dims || ta.dtype != tb.dtype || ta.quant != tb.quant {
-                return Err(Error::graph(
-                    &pre.desc.name,
-                    format!(
-                        "input {} must match the decode cache {} (dims, dtype and quantization) to share it",
-                        ta.describe(),
-                        tb.describe()
-                    ),
-                ));
-            }
-        }
-    }
-    Ok(())
+    Ok((graph, desc))
 }
 
 /// The manifest's eos ids plus the tokenizer's well-known end tokens.
@@ -781,17 +463,6 @@ fn end_tokens(m: &Manifest, tokenizer: &Tokenizer) -> Vec<u32> {
         }
     }
     eos
-}
-
-fn decode_bytes_formula(m: &Manifest, dec: &LayerStackGraph, lmhead: &GraphDesc) -> usize {
-    let es = |t: &TensorDesc| qnn_sys::dtype::size_of(t.dtype).unwrap_or(0);
-    let (d, io) = (&dec.desc, &dec.io);
-    let row = |i: usize| es(&d.inputs[i]) * io.new_shape.n_kv * io.new_shape.head_dim;
-    m.params.hidden * es(&d.inputs[io.x])
-        + m.params.head_dim * (es(&d.inputs[io.cos]) + es(&d.inputs[io.sin]))
-        + es(&d.inputs[io.mask])
-        + io.past.iter().map(|&(k, v)| row(k) + row(v)).sum::<usize>()
-        + m.params.hidden * es(&lmhead.inputs[0])
 }
 
 fn t0_ms(t: Instant) -> f64 {

@@ -38,7 +38,7 @@ fn concurrent_failures_quote_only_their_own_backend_line() {
             let (m, start) = (Arc::clone(m), Arc::clone(&start));
             let mut engine = Engine::new(&m).unwrap();
             std::thread::spawn(move || {
-                let name = m.decode.graph.name.clone();
+                let name = m.plan.decode().name().to_string();
                 let ids = m.tokenizer.encode("hello", None).unwrap();
                 start.wait();
                 for i in 0..30 {

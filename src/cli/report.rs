@@ -95,13 +95,10 @@ fn manifest_banner(model: &Model) {
                 .unwrap_or_default(),
             rt.backend().path.display(),
             rt.backend().core_api,
-            model
-                .prefill
-                .as_ref()
-                .map_or("none (decode-over-prompt)".to_string(), |p| format!(
-                    "P={}",
-                    p.io.rows
-                )),
+            match model.plan.steps.as_slice() {
+                [pre, _, ..] => format!("P={}", pre.rows),
+                _ => "none (decode-over-prompt)".to_string(),
+            },
             model.max_ctx,
             model.io_dtype(),
         );
@@ -111,9 +108,10 @@ fn manifest_banner(model: &Model) {
 fn genie_banner(g: &GenieModel) {
     let rt = &g.rt;
     let variants: Vec<String> = g
-        .variants
+        .plan
+        .steps
         .iter()
-        .map(|v| format!("AR{}/CL{} x{}", v.ar, v.cl, v.splits.len()))
+        .map(|v| format!("AR{}/CL{} x{}", v.rows, v.rows + v.past, v.splits.len()))
         .collect();
     crate::elog!(
         "qhx {} | Genie bundle {} | {} core API {} | {} layers, {} variants ({}) | ctx {}",
@@ -122,7 +120,7 @@ fn genie_banner(g: &GenieModel) {
         rt.backend().path.display(),
         rt.backend().core_api,
         g.n_layers(),
-        g.variants.len(),
+        g.plan.steps.len(),
         variants.join(", "),
         g.max_ctx(),
     );

@@ -5,130 +5,20 @@
 use super::config::{GenieConfig, Resolved};
 use crate::error::{Error, Result};
 use crate::model::{open_runtime, LoadOptions};
-use crate::qnn::{self, Context, Graph, GraphDesc, Runtime, TensorDesc};
+use crate::plan::{self, Plan};
+use crate::qnn::{self, Context, Graph, GraphDesc, Runtime};
 use crate::tokenizer::Tokenizer;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
-
-/// What a graph tensor is for, by Genie's naming rules.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    InputIds,
-    Mask,
-    Cos,
-    Sin,
-    /// `past_key_{L}_in`: [n_kv, 1, head_dim, past] (keys transposed).
-    PastKey(usize),
-    /// `past_value_{L}_in`: [n_kv, 1, past, head_dim].
-    PastValue(usize),
-    /// `past_key_{L}_out`: [n_kv, 1, head_dim, AR].
-    KeyOut(usize),
-    /// `past_value_{L}_out`: [n_kv, 1, AR, head_dim].
-    ValueOut(usize),
-    Logits,
-    /// Passed between splits: an input with the name of an earlier split's output, or an
-    /// output a later split reads.
-    Link,
-}
-
-/// The layer of a K/V tensor name: it contains `key` or `value` and ends `_in` / `_out`; the
-/// layer is the last number in it (`past_key_12_in` -> 12).
-fn kv_role(name: &str, input: bool) -> Option<Role> {
-    let n = name.to_ascii_lowercase();
-    let stem = if input {
-        n.strip_suffix("_in")?
-    } else {
-        n.strip_suffix("_out")?
-    };
-    let is_key = stem.contains("key");
-    if !is_key && !stem.contains("value") {
-        return None;
-    }
-    let digits: String = stem
-        .chars()
-        .rev()
-        .skip_while(|c| !c.is_ascii_digit())
-        .take_while(|c| c.is_ascii_digit())
-        .collect();
-    let layer: usize = digits.chars().rev().collect::<String>().parse().ok()?;
-    Some(match (is_key, input) {
-        (true, true) => Role::PastKey(layer),
-        (false, true) => Role::PastValue(layer),
-        (true, false) => Role::KeyOut(layer),
-        (false, false) => Role::ValueOut(layer),
-    })
-}
-
-fn input_role(name: &str) -> Option<Role> {
-    match name {
-        "input_ids" => Some(Role::InputIds),
-        "attention_mask" => Some(Role::Mask),
-        "position_ids_cos" => Some(Role::Cos),
-        "position_ids_sin" => Some(Role::Sin),
-        _ => kv_role(name, true),
-    }
-}
-
-/// Dims right-aligned to rank 4 (Genie reads every tensor as [batch, height, width, channel]).
-pub fn dims4(t: &TensorDesc) -> [usize; 4] {
-    let mut d = [1usize; 4];
-    for (slot, v) in d.iter_mut().rev().zip(t.dims.iter().rev()) {
-        *slot = *v as usize;
-    }
-    if t.dims.len() > 4 {
-        d[0] = t.dims[..t.dims.len() - 3]
-            .iter()
-            .map(|&x| x as usize)
-            .product();
-    }
-    d
-}
-
-/// One graph of a variant, with the role of each input and output. `G` is the graph handle
-/// (`()` when only the metadata is checked, see [`check_graphs`]).
-pub struct Split<G = Graph> {
-    pub graph: G,
-    pub desc: GraphDesc,
-    pub inputs: Vec<Role>,
-    pub outputs: Vec<Role>,
-    /// For each `Link` input: (split, output) that produces it.
-    pub links: Vec<(usize, usize, usize)>,
-}
-
-/// Where one layer's K/V tensors are: (split, tensor index).
-#[derive(Debug, Clone, Copy)]
-pub struct KvAt {
-    pub key_in: (usize, usize),
-    pub value_in: (usize, usize),
-    pub key_out: (usize, usize),
-    pub value_out: (usize, usize),
-}
-
-/// Graphs sharing one (AR, CL): one model, run split by split.
-pub struct Variant<G = Graph> {
-    pub ar: usize,
-    pub cl: usize,
-    /// Past slots the graph reads (CL - AR).
-    pub past: usize,
-    pub splits: Vec<Split<G>>,
-    pub layers: Vec<KvAt>,
-    pub input_ids: (usize, usize),
-    pub masks: Vec<(usize, usize)>,
-    pub cos: Vec<(usize, usize)>,
-    pub sin: Vec<(usize, usize)>,
-    pub logits: (usize, usize),
-    /// Rows of the logits tensor: AR, or 1 (last token only).
-    pub logit_rows: usize,
-}
 
 pub struct GenieModel {
     pub config_path: PathBuf,
     pub cfg: Resolved,
     pub rt: Arc<Runtime>,
     pub tokenizer: Tokenizer,
-    /// Largest AR first.
-    pub variants: Vec<Variant>,
+    /// The variants as steps (largest AR first) and how the host feeds them.
+    pub plan: Arc<Plan>,
     pub n_kv: usize,
     pub head_dim: usize,
     pub vocab: usize,
@@ -195,18 +85,20 @@ impl GenieModel {
             .unwrap_or_else(|_| Err(Error::ThreadPanicked("tokenizer-loading")))?;
         let (rt, rpcmem_note, warnings, graphs, context_ms) = stage2?;
         progress("graphs");
-        let variants = group(graphs)?;
-        let Layout {
-            n_kv,
-            head_dim,
-            vocab,
-        } = check_layout(&cfg, config_path, &variants, tokenizer.vocab_size())?;
+        let (
+            plan,
+            Layout {
+                n_kv,
+                head_dim,
+                vocab,
+            },
+        ) = plan::genie::resolve(&cfg, config_path, graphs, tokenizer.vocab_size())?;
         Ok(GenieModel {
             config_path: config_path.to_path_buf(),
             cfg,
             rt,
             tokenizer,
-            variants,
+            plan: Arc::new(plan),
             n_kv,
             head_dim,
             vocab,
@@ -220,8 +112,7 @@ impl GenieModel {
     /// Positions a dialog can hold: every variant must keep the cache in its past slots,
     /// and `context.size` caps it.
     pub fn max_ctx(&self) -> usize {
-        let decode = self.variants.last().expect("at least one variant");
-        decode.past.min(self.cfg.ctx_size)
+        self.plan.max_ctx
     }
 
     /// End tokens: the config's eos-token(s) and eot-token.
@@ -243,18 +134,13 @@ impl GenieModel {
     }
 
     pub fn n_layers(&self) -> usize {
-        self.variants[0].layers.len()
+        self.plan.n_layers
     }
 
     /// QNN dtype names of the activations (the attention mask) and of the K/V cache, as the
     /// decode variant's binary declares them.
     pub fn io_dtypes(&self) -> (&'static str, &'static str) {
-        let v = self.variants.last().expect("at least one variant");
-        let name =
-            |(split, i): (usize, usize)| qnn_sys::dtype::name(v.splits[split].desc.inputs[i].dtype);
-        let act = v.masks.first().map_or("UNKNOWN", |&m| name(m));
-        let kv = v.layers.first().map_or(act, |l| name(l.key_in));
-        (act, kv)
+        self.plan.io_dtypes()
     }
 }
 
@@ -268,26 +154,13 @@ fn load_context(rt: &Arc<Runtime>, bin: &Path) -> Result<Vec<(Graph, GraphDesc)>
     drop(map);
     let mut graphs = Vec::new();
     for d in info.graphs {
-        for t in d.inputs.iter().chain(&d.outputs) {
-            if !qnn::buffer_dtype_supported(t.dtype) {
-                return Err(Error::graph(
-                    &d.name,
-                    format!("{} has a data type the host cannot handle", t.describe()),
-                ));
-            }
-        }
+        plan::check_dtypes(&d)?;
         graphs.push((ctx.graph(&d.name)?, d));
     }
     Ok(graphs)
 }
 
-/// What the graphs say about the model: K/V heads, head dim and vocabulary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Layout {
-    pub n_kv: usize,
-    pub head_dim: usize,
-    pub vocab: usize,
-}
+pub use crate::plan::genie::Layout;
 
 /// The checks of [`GenieModel::load`] on graph metadata alone (no QNN handles): group the
 /// graphs of every context binary into variants, give each tensor a role, and check the
@@ -299,309 +172,14 @@ pub fn check_graphs(
     graphs: Vec<GraphDesc>,
     tokenizer_vocab: usize,
 ) -> Result<Layout> {
-    let variants = group(graphs.into_iter().map(|d| ((), d)).collect())?;
-    check_layout(cfg, config_path, &variants, tokenizer_vocab)
-}
-
-fn check_layout<G>(
-    cfg: &Resolved,
-    config_path: &Path,
-    variants: &[Variant<G>],
-    tokenizer_vocab: usize,
-) -> Result<Layout> {
-    let Some(v0) = variants.first() else {
-        return Err(Error::Manifest {
-            path: config_path.to_path_buf(),
-            msg: "the context binaries hold no graph".into(),
-        });
-    };
-    let (s, i) = v0.layers[0].value_in;
-    let vd = dims4(&v0.splits[s].desc.inputs[i]);
-    let (n_kv, head_dim) = (vd[0] * vd[1], vd[3]);
-    if let Some(kv) = cfg.kv_dim {
-        if kv != head_dim {
-            return Err(Error::Manifest {
-                path: config_path.to_path_buf(),
-                msg: format!(
-                    "kv-dim {kv} does not match the head dim {head_dim} of {} in graph {}",
-                    v0.splits[s].desc.inputs[i].name, v0.splits[s].desc.name
-                ),
-            });
-        }
-    }
-    let (ls, li) = v0.logits;
-    let ld = dims4(&v0.splits[ls].desc.outputs[li]);
-    let vocab = ld[3];
-    if tokenizer_vocab > vocab {
-        return Err(Error::Tokenizer {
-            path: cfg.tokenizer.clone(),
-            msg: format!("has {tokenizer_vocab} tokens but the logits have {vocab}"),
-        });
-    }
-    for v in variants {
-        check_variant(v, n_kv, head_dim, vocab)?;
-    }
-    Ok(Layout {
-        n_kv,
-        head_dim,
-        vocab,
-    })
-}
-
-/// Group graphs into variants by (AR, CL), order splits by name, and resolve roles.
-fn group<G>(graphs: Vec<(G, GraphDesc)>) -> Result<Vec<Variant<G>>> {
-    let mut keyed: Vec<((usize, usize), G, GraphDesc)> = Vec::new();
-    for (g, d) in graphs {
-        let k = ar_cl(&d)?;
-        keyed.push((k, g, d));
-    }
-    // Largest AR first (the prompt variant), then CL, then splits by graph name.
-    keyed.sort_by(|a, b| (b.0 .0, a.0 .1, &a.2.name).cmp(&(a.0 .0, b.0 .1, &b.2.name)));
-    let mut variants: Vec<Variant<G>> = Vec::new();
-    for ((ar, cl), graph, desc) in keyed {
-        if variants.last().is_none_or(|v| (v.ar, v.cl) != (ar, cl)) {
-            variants.push(Variant {
-                ar,
-                cl,
-                past: 0,
-                splits: Vec::new(),
-                layers: Vec::new(),
-                input_ids: (0, 0),
-                masks: Vec::new(),
-                cos: Vec::new(),
-                sin: Vec::new(),
-                logits: (0, 0),
-                logit_rows: 0,
-            });
-        }
-        let v = variants.last_mut().expect("pushed above");
-        v.splits.push(Split {
-            graph,
-            desc,
-            inputs: Vec::new(),
-            outputs: Vec::new(),
-            links: Vec::new(),
-        });
-    }
-    for v in &mut variants {
-        assign_roles(v)?;
-    }
-    Ok(variants)
-}
-
-/// Tokens per step and context length of one graph, as Genie infers them.
-fn ar_cl(d: &GraphDesc) -> Result<(usize, usize)> {
-    let find = |name: &str| d.inputs.iter().find(|t| t.name == name);
-    let mask = find("attention_mask").ok_or_else(|| {
-        Error::graph(
-            &d.name,
-            "no attention_mask input: not a Genie graph qhx can run (Genie needs the mask to know the context length)",
-        )
-    })?;
-    let md = dims4(mask);
-    let ar = match find("input_ids") {
-        Some(t) => t.elems(),
-        None => md[2],
-    };
-    Ok((ar, md[3]))
-}
-
-fn assign_roles<G>(v: &mut Variant<G>) -> Result<()> {
-    let n = v.splits.len();
-    let mut produced: Vec<(String, usize, usize)> = Vec::new();
-    let mut layers: std::collections::BTreeMap<usize, [Option<(usize, usize)>; 4]> =
-        Default::default();
-    let mut logits = None;
-    let mut input_ids = None;
-    for s in 0..n {
-        let (ins, outs) = {
-            let d = &v.splits[s].desc;
-            (d.inputs.clone(), d.outputs.clone())
-        };
-        let mut in_roles = Vec::new();
-        let mut links = Vec::new();
-        for (i, t) in ins.iter().enumerate() {
-            let role = if let Some(&(_, ps, po)) =
-                produced.iter().find(|(name, _, _)| *name == t.name)
-            {
-                links.push((i, ps, po));
-                Role::Link
-            } else {
-                input_role(&t.name).ok_or_else(|| {
-                    Error::graph(
-                        &v.splits[s].desc.name,
-                        format!(
-                            "input {} is neither a Genie input (input_ids, attention_mask, position_ids_cos/sin, past_key/value_<L>_in) nor the output of an earlier split",
-                            t.describe()
-                        ),
-                    )
-                })?
-            };
-            match role {
-                Role::InputIds => input_ids = Some((s, i)),
-                Role::Mask => v.masks.push((s, i)),
-                Role::Cos => v.cos.push((s, i)),
-                Role::Sin => v.sin.push((s, i)),
-                Role::PastKey(l) => layers.entry(l).or_default()[0] = Some((s, i)),
-                Role::PastValue(l) => layers.entry(l).or_default()[1] = Some((s, i)),
-                _ => {}
-            }
-            in_roles.push(role);
-        }
-        let mut out_roles = Vec::new();
-        for (o, t) in outs.iter().enumerate() {
-            let role = if t.name == "logits" {
-                logits = Some((s, o));
-                Role::Logits
-            } else if let Some(r) = kv_role(&t.name, false) {
-                match r {
-                    Role::KeyOut(l) => layers.entry(l).or_default()[2] = Some((s, o)),
-                    Role::ValueOut(l) => layers.entry(l).or_default()[3] = Some((s, o)),
-                    _ => {}
-                }
-                r
-            } else {
-                Role::Link
-            };
-            produced.push((t.name.clone(), s, o));
-            out_roles.push(role);
-        }
-        let sp = &mut v.splits[s];
-        sp.inputs = in_roles;
-        sp.outputs = out_roles;
-        sp.links = links;
-    }
-    let gname = v.splits[0].desc.name.clone();
-    v.input_ids =
-        input_ids.ok_or_else(|| Error::graph(&gname, "no input_ids input in any split"))?;
-    v.logits = logits.ok_or_else(|| Error::graph(&gname, "no logits output in any split"))?;
-    if v.cos.is_empty() || v.sin.is_empty() {
-        return Err(Error::graph(
-            &gname,
-            "no position_ids_cos / position_ids_sin inputs (only rope models are supported)",
-        ));
-    }
-    for (want, (l, slots)) in layers.iter().enumerate() {
-        let names = [
-            "past_key_in",
-            "past_value_in",
-            "past_key_out",
-            "past_value_out",
-        ];
-        if *l != want {
-            return Err(Error::graph(
-                &gname,
-                format!("K/V of layer {want} is missing"),
-            ));
-        }
-        for (k, s) in slots.iter().enumerate() {
-            if s.is_none() {
-                return Err(Error::graph(
-                    &gname,
-                    format!("layer {l} has no {} tensor", names[k]),
-                ));
-            }
-        }
-        let [Some(key_in), Some(value_in), Some(key_out), Some(value_out)] = *slots else {
-            unreachable!("every slot checked above")
-        };
-        // The runner copies a step's new K/V rows into the past inputs within one graph's
-        // bindings, so each pair must live in one split.
-        for (i, o, what) in [(key_in, key_out, "key"), (value_in, value_out, "value")] {
-            if i.0 != o.0 {
-                let (gi, go) = (&v.splits[i.0].desc, &v.splits[o.0].desc);
-                return Err(Error::graph(
-                    &gi.name,
-                    format!(
-                        "layer {l}: past {what} input {} is in graph {} but its output {} is in graph {} (qhx needs each layer's K/V input and output in one split)",
-                        gi.inputs[i.1].name, gi.name, go.outputs[o.1].name, go.name
-                    ),
-                ));
-            }
-        }
-        v.layers.push(KvAt {
-            key_in,
-            value_in,
-            key_out,
-            value_out,
-        });
-    }
-    if v.layers.is_empty() {
-        return Err(Error::graph(&gname, "no past_key/past_value tensors"));
-    }
-    let (s, i) = v.layers[0].value_in;
-    v.past = dims4(&v.splits[s].desc.inputs[i])[2];
-    let (s, o) = v.logits;
-    let ld = dims4(&v.splits[s].desc.outputs[o]);
-    v.logit_rows = ld[0] * ld[1] * ld[2];
-    Ok(())
-}
-
-/// Shapes that every split of a variant must agree on.
-fn check_variant<G>(v: &Variant<G>, n_kv: usize, hd: usize, vocab: usize) -> Result<()> {
-    let t_in = |(s, i): (usize, usize)| (&v.splits[s].desc, &v.splits[s].desc.inputs[i]);
-    let t_out = |(s, o): (usize, usize)| (&v.splits[s].desc, &v.splits[s].desc.outputs[o]);
-    let bad = |g: &GraphDesc, t: &TensorDesc, want: String| {
-        Err(Error::graph(
-            &g.name,
-            format!(
-                "{} should be {want} for AR={} CL={}",
-                t.describe(),
-                v.ar,
-                v.cl
-            ),
-        ))
-    };
-    if v.past + v.ar != v.cl {
-        let (g, t) = t_in(v.layers[0].value_in);
-        return bad(
-            g,
-            t,
-            format!(
-                "[n_kv, 1, CL-AR={}, head_dim] (in-place K/V, past = CL, is not supported)",
-                v.cl - v.ar.min(v.cl)
-            ),
-        );
-    }
-    for at in &v.layers {
-        for (pos, want) in [
-            (t_in(at.key_in), [n_kv, hd, v.past]),
-            (t_in(at.value_in), [n_kv, v.past, hd]),
-            (t_out(at.key_out), [n_kv, hd, v.ar]),
-            (t_out(at.value_out), [n_kv, v.ar, hd]),
-        ] {
-            let d = dims4(pos.1);
-            if [d[0] * d[1], d[2], d[3]] != want {
-                return bad(pos.0, pos.1, format!("{want:?} (n_kv, rows, cols)"));
-            }
-        }
-    }
-    for &m in &v.masks {
-        let (g, t) = t_in(m);
-        if dims4(t)[2] != v.ar || dims4(t)[3] != v.cl {
-            return bad(g, t, format!("[1, 1, {}, {}]", v.ar, v.cl));
-        }
-    }
-    for &c in v.cos.iter().chain(&v.sin) {
-        let (g, t) = t_in(c);
-        if dims4(t)[2] != v.ar || dims4(t)[3] != hd / 2 {
-            return bad(g, t, format!("[1, 1, {}, {}]", v.ar, hd / 2));
-        }
-    }
-    let (g, t) = t_out(v.logits);
-    if dims4(t)[3] != vocab || !(v.logit_rows == v.ar || v.logit_rows == 1) {
-        return bad(g, t, format!("[1, 1, {} or 1, {vocab}]", v.ar));
-    }
-    let (g, t) = t_in(v.input_ids);
-    if !matches!(t.dtype, qnn_sys::dtype::INT_32 | qnn_sys::dtype::UINT_32) {
-        return bad(g, t, "int32".into());
-    }
-    Ok(())
+    let graphs = graphs.into_iter().map(|d| ((), d)).collect();
+    plan::genie::resolve(cfg, config_path, graphs, tokenizer_vocab).map(|(_, l)| l)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::qnn::TensorDesc;
 
     fn t(name: &str, dtype: u32, dims: &[u32]) -> TensorDesc {
         TensorDesc {
@@ -707,14 +285,12 @@ mod tests {
 
     #[test]
     fn kv_names_follow_genie() {
-        assert_eq!(kv_role("past_key_12_in", true), Some(Role::PastKey(12)));
-        assert_eq!(kv_role("past_value_0_out", false), Some(Role::ValueOut(0)));
-        assert_eq!(
-            kv_role("layers_3_past_value_in", true),
-            Some(Role::PastValue(3))
-        );
-        assert_eq!(kv_role("past_key_in", true), None);
-        assert_eq!(kv_role("hidden_3_in", true), None);
-        assert_eq!(kv_role("past_key_1_in", false), None);
+        use crate::plan::genie::kv_name;
+        assert_eq!(kv_name("past_key_12_in", true), Some((true, 12)));
+        assert_eq!(kv_name("past_value_0_out", false), Some((false, 0)));
+        assert_eq!(kv_name("layers_3_past_value_in", true), Some((false, 3)));
+        assert_eq!(kv_name("past_key_in", true), None);
+        assert_eq!(kv_name("hidden_3_in", true), None);
+        assert_eq!(kv_name("past_key_1_in", false), None);
     }
 }

@@ -122,7 +122,21 @@ impl TypedMut<'_> {
     }
 }
 
-impl Typed<'_> {
+impl<'a> Typed<'a> {
+    /// Elements `at..at + n` (one row of a multi-row output).
+    pub fn slice(&self, at: usize, n: usize) -> Typed<'a> {
+        let r = at..at + n;
+        match *self {
+            Typed::F32(s) => Typed::F32(&s[r]),
+            Typed::F16(s) => Typed::F16(&s[r]),
+            Typed::U16(s, q) => Typed::U16(&s[r], q),
+            Typed::I16(s, q) => Typed::I16(&s[r], q),
+            Typed::U8(s, q) => Typed::U8(&s[r], q),
+            Typed::I8(s, q) => Typed::I8(&s[r], q),
+            Typed::I32(s) => Typed::I32(&s[r]),
+        }
+    }
+
     pub fn len(&self) -> usize {
         match self {
             Typed::F32(s) => s.len(),

@@ -510,49 +510,66 @@ impl Binding {
     }
 }
 
-/// A prefill binding and a decode binding whose inputs may share memory: a chunked prefill
-/// graph reads the decode graph's KV cache in place, so the cache is never copied. Owning
-/// both keeps the shared buffers alive for as long as either binding can execute; `pre` is
-/// declared first, so it is dropped (and deregisters its handles) before `dec` frees them.
-pub struct PairedBindings {
-    pre: Option<Binding>,
-    dec: Binding,
+/// The bindings of every graph of a plan, some of whose inputs may share memory with
+/// another binding's: a chunked prefill graph reads the decode graph's KV cache in place,
+/// so the cache is never copied. Owning all of them keeps shared buffers alive for as long
+/// as any binding can execute. An alias always points at a later binding, and the bindings
+/// drop first to last, so an aliasing binding deregisters its handles before the owner
+/// frees the memory.
+/// (binding, input) within a [`BindingSet`].
+pub type InputAt = (usize, usize);
+
+pub struct BindingSet {
+    all: Vec<Binding>,
 }
 
-impl PairedBindings {
-    /// `shared`: (prefill input index, decode input index) pairs to back with the decode
-    /// binding's buffers.
-    pub fn new(
-        pre: Option<(&Graph, &GraphDesc)>,
-        dec: (&Graph, &GraphDesc),
-        shared: &[(usize, usize)],
-    ) -> Result<Self> {
-        let mut dec = Binding::for_graph(dec.0, dec.1)?;
-        let mut pre = match pre {
-            Some((g, d)) => Some(Binding::for_graph(g, d)?),
-            None => None,
-        };
-        if let Some(p) = pre.as_mut() {
-            for &(i, j) in shared {
-                // SAFETY: `dec` is owned by the returned struct next to `pre`, is never
-                // replaced, outlives `pre` (field order), and a Binding never frees or
-                // reallocates its buffers while alive.
-                unsafe { p.alias_input(i, &mut dec, j)? };
-            }
+impl BindingSet {
+    /// One binding per graph; `aliases`: ((binding, input), (owner binding, owner input))
+    /// pairs to back with the owner's buffers. An owner must come after the binding that
+    /// aliases it.
+    pub fn new(graphs: &[(&Graph, &GraphDesc)], aliases: &[(InputAt, InputAt)]) -> Result<Self> {
+        let mut all = Vec::with_capacity(graphs.len());
+        for (g, d) in graphs {
+            all.push(Binding::for_graph(g, d)?);
         }
-        Ok(PairedBindings { pre, dec })
+        for &((b, i), (o, j)) in aliases {
+            if b >= o || o >= all.len() {
+                return Err(crate::Error::graph(
+                    &graphs[b.min(graphs.len() - 1)].1.name,
+                    "an input can only share the buffer of a later graph's input",
+                ));
+            }
+            let (head, tail) = all.split_at_mut(o);
+            // SAFETY: the owner is held by this set next to the alias, is never replaced or
+            // removed, and drops after it (vector order, owner later); a Binding never frees
+            // or reallocates its buffers while alive.
+            unsafe { head[b].alias_input(i, &mut tail[0], j)? };
+        }
+        Ok(BindingSet { all })
     }
 
-    pub fn dec(&mut self) -> &mut Binding {
-        &mut self.dec
+    pub fn get(&self, k: usize) -> &Binding {
+        &self.all[k]
     }
 
-    pub fn dec_ref(&self) -> &Binding {
-        &self.dec
+    pub fn get_mut(&mut self, k: usize) -> &mut Binding {
+        &mut self.all[k]
     }
 
-    /// Both at once (prefill outputs are copied into the decode cache).
-    pub fn both(&mut self) -> (Option<&mut Binding>, &mut Binding) {
-        (self.pre.as_mut(), &mut self.dec)
+    /// Binding `a` to read and binding `b` to write, `a != b`.
+    pub fn two(&mut self, a: usize, b: usize) -> (&Binding, &mut Binding) {
+        assert_ne!(a, b, "two distinct bindings");
+        if a < b {
+            let (l, r) = self.all.split_at_mut(b);
+            (&l[a], &mut r[0])
+        } else {
+            let (l, r) = self.all.split_at_mut(a);
+            (&r[0], &mut l[b])
+        }
+    }
+
+    /// True when every binding's I/O is registered rpcmem (zero-copy).
+    pub fn all_shared(&self) -> bool {
+        self.all.iter().all(Binding::is_shared)
     }
 }

@@ -14,7 +14,7 @@ mod runtime;
 pub mod stdio;
 
 pub use binary::{read_binary_info, read_binary_info_with, BinaryInfo, GraphDesc, TensorDesc};
-pub use buffer::{dtype_supported as buffer_dtype_supported, Binding, HostBuf, PairedBindings};
+pub use buffer::{dtype_supported as buffer_dtype_supported, Binding, BindingSet, HostBuf};
 pub use context::{Context, Graph};
 pub use log::{last_error_line, set_verbosity};
 pub use perf::PerfMode;

@@ -1,0 +1,319 @@
+//! qhx manifest bundles into a [`Plan`]: an optional prefill graph (P rows; with past inputs
+//! it reads the decode cache in place), a one-row decode graph whose past inputs are the
+//! cache, and an lm-head graph that maps the last hidden row to logits. Tensors are found
+//! by role name (`plan.io` may rename them); every shape is checked against the params.
+
+use super::{
+    Admit, At, Head, KvTensor, LayerKv, MaskSpec, MaskStyle, Pad, Plan, RopeSpec, Sink, Source,
+    Split, Step,
+};
+use crate::error::{Error, Result};
+use crate::kv::KvShape;
+use crate::manifest::Manifest;
+use crate::ops::embed::EmbedTable;
+use crate::qnn::{GraphDesc, TensorDesc};
+
+/// The graphs of a manifest bundle, picked by role (see `model::pick_graph`).
+pub struct Graphs<G> {
+    pub prefill: Option<(G, GraphDesc)>,
+    pub decode: (G, GraphDesc),
+    pub lmhead: (G, GraphDesc),
+}
+
+/// Resolve and check a manifest bundle's graphs against its params.
+pub fn resolve<G>(m: &Manifest, g: Graphs<G>, embed: Option<EmbedTable>) -> Result<Plan<G>> {
+    for d in g
+        .prefill
+        .iter()
+        .map(|(_, d)| d)
+        .chain([&g.decode.1, &g.lmhead.1])
+    {
+        super::check_dtypes(d)?;
+    }
+    let p = &m.params;
+    let decode = stack_step(m, g.decode.0, g.decode.1, true)?;
+    let mut steps = Vec::new();
+    if let Some((graph, desc)) = g.prefill {
+        let mut pre = stack_step(m, graph, desc, false)?;
+        check_prefill_shares_cache(&pre, &decode)?;
+        if pre.has_past() {
+            // Index of the decode step, pushed after this one.
+            pre.cache_owner = Some(1);
+        }
+        steps.push(pre);
+    }
+    steps.push(decode);
+    check_lmhead(m, &g.lmhead.1)?;
+    let ctx = steps.last().map_or(0, |s| s.past);
+    Ok(Plan {
+        steps,
+        head: Some(Head {
+            graph: g.lmhead.0,
+            desc: g.lmhead.1,
+        }),
+        n_layers: p.n_layers,
+        n_kv: p.n_kv_heads,
+        head_dim: p.head_dim,
+        vocab: p.vocab,
+        rope: RopeSpec {
+            theta: p.rope_theta,
+            head_dim: p.head_dim,
+            scaling: p.rope_scaling.clone(),
+        },
+        embed,
+        pad_id: 0,
+        max_ctx: p.max_ctx.min(ctx),
+    })
+}
+
+fn find<'a>(
+    list: &'a [TensorDesc],
+    name: &str,
+    graph: &str,
+    what: &str,
+) -> Result<(usize, &'a TensorDesc)> {
+    list.iter()
+        .enumerate()
+        .find(|(_, t)| t.name == name)
+        .ok_or_else(|| {
+            Error::graph(
+                graph,
+                format!(
+                    "has no {what} tensor named {name:?} (it has: {})",
+                    list.iter()
+                        .map(|t| t.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+        })
+}
+
+/// A prefill (`decode == false`) or decode graph as a one-split step.
+fn stack_step<G>(m: &Manifest, graph: G, g: GraphDesc, decode: bool) -> Result<Step<G>> {
+    let p = &m.params;
+    let (h, hd, k) = (p.hidden, p.head_dim, m.kv_dim());
+    let gn = g.name.as_str();
+    // Tensor names by role; `plan.io` may rename them for bundles with other conventions.
+    let nm = |role: &str, i: Option<usize>| m.plan.tensor_name(role, i);
+    let mut inputs = vec![Source::Unfed; g.inputs.len()];
+    let mut outputs = vec![Sink::Other; g.outputs.len()];
+    let (x, xt) = find(&g.inputs, &nm("x", None), gn, "input")?;
+    let rows = xt.elems() / h;
+    if rows == 0 || xt.elems() != rows * h {
+        return Err(Error::graph(
+            gn,
+            format!(
+                "input {} is not a whole number of hidden={h} rows",
+                xt.describe()
+            ),
+        ));
+    }
+    if decode && rows != 1 {
+        return Err(Error::graph(
+            gn,
+            format!(
+                "decode input {} must hold one row of hidden={h}",
+                xt.describe()
+            ),
+        ));
+    }
+    inputs[x] = Source::Embedding;
+    let (cos, ct) = find(&g.inputs, &nm("cos", None), gn, "input")?;
+    let (sin, st) = find(&g.inputs, &nm("sin", None), gn, "input")?;
+    for t in [ct, st] {
+        if t.elems() != rows * hd {
+            return Err(Error::graph(
+                gn,
+                format!("input {} should be {rows} x head_dim={hd}", t.describe()),
+            ));
+        }
+    }
+    inputs[cos] = Source::Cos { width: hd };
+    inputs[sin] = Source::Sin { width: hd };
+    let (mask, mt) = find(&g.inputs, &nm("cmask", None), gn, "input")?;
+    let (y, yt) = find(&g.outputs, &nm("y", None), gn, "output")?;
+    if yt.elems() != rows * h {
+        return Err(Error::graph(
+            gn,
+            format!("output {} should be {rows} x hidden={h}", yt.describe()),
+        ));
+    }
+    outputs[y] = Sink::Hidden;
+    let mut layers = Vec::new();
+    let mut past_rows: Option<usize> = None;
+    let kv_at = |t: &TensorDesc, at: At, want_rows: Option<usize>, msg: &dyn Fn() -> String| {
+        KvShape::from_dims(&t.dims, p.n_kv_heads, hd)
+            .filter(|s| want_rows.map_or(s.rows > 0, |r| s.rows == r))
+            .map(|shape| KvTensor { at, shape })
+            .ok_or_else(|| Error::graph(gn, msg()))
+    };
+    for i in 0..p.n_layers {
+        let (nk, nkt) = find(&g.outputs, &nm("new_k", Some(i)), gn, "output")?;
+        let (nv, nvt) = find(&g.outputs, &nm("new_v", Some(i)), gn, "output")?;
+        let new_msg =
+            |t: &TensorDesc| format!("output {} should hold {rows} rows of K={k}", t.describe());
+        let new_key = kv_at(nkt, (0, nk), Some(rows), &|| new_msg(nkt))?;
+        let new_value = kv_at(nvt, (0, nv), Some(rows), &|| new_msg(nvt))?;
+        outputs[nk] = Sink::NewKey(i);
+        outputs[nv] = Sink::NewValue(i);
+        let has_past = g.inputs.iter().any(|t| t.name == nm("past_k", Some(i)));
+        let (mut past_key, mut past_value) = (None, None);
+        if has_past || decode {
+            let (pk, pkt) = find(&g.inputs, &nm("past_k", Some(i)), gn, "input")?;
+            let (pv, pvt) = find(&g.inputs, &nm("past_v", Some(i)), gn, "input")?;
+            for (t, at, slot) in [(pkt, pk, &mut past_key), (pvt, pv, &mut past_value)] {
+                let kt = kv_at(t, (0, at), None, &|| {
+                    format!(
+                        "input {} should be [C, K={k}] or [n_kv, C, head_dim]",
+                        t.describe()
+                    )
+                })?;
+                if let Some(prev) = past_rows {
+                    if prev != kt.shape.rows {
+                        return Err(Error::graph(
+                            gn,
+                            format!(
+                                "input {} disagrees on the cache length C={prev}",
+                                t.describe()
+                            ),
+                        ));
+                    }
+                }
+                past_rows = Some(kt.shape.rows);
+                *slot = Some(kt);
+            }
+            inputs[pk] = Source::PastKey(i);
+            inputs[pv] = Source::PastValue(i);
+        }
+        layers.push(LayerKv {
+            past_key,
+            past_value,
+            new_key,
+            new_value,
+        });
+    }
+    // A graph with more layers than the manifest says would run with unfed caches.
+    for role in ["new_k", "past_k"] {
+        let extra = nm(role, Some(p.n_layers));
+        if g.inputs.iter().chain(&g.outputs).any(|t| t.name == extra) {
+            return Err(Error::graph(
+                gn,
+                format!(
+                    "has tensor {extra:?}, a layer beyond params.n_layers={} (the manifest's layer count does not match the graph)",
+                    p.n_layers
+                ),
+            ));
+        }
+    }
+    if p.n_layers == 0 {
+        return Err(Error::graph(gn, "params.n_layers is 0"));
+    }
+    let ctx = past_rows.unwrap_or(0);
+    let want_mask = if decode {
+        ctx
+    } else if ctx > 0 {
+        rows * (ctx + rows)
+    } else {
+        rows * rows
+    };
+    if mt.elems() != want_mask {
+        return Err(Error::graph(
+            gn,
+            format!("input {} should have {want_mask} elements", mt.describe()),
+        ));
+    }
+    inputs[mask] = Source::Mask(MaskSpec {
+        past: ctx,
+        own: !decode,
+        style: MaskStyle::Additive,
+        persistent: decode,
+    });
+    let admit = if decode || ctx > 0 {
+        Admit::WholeRows
+    } else {
+        Admit::FromEmpty
+    };
+    Ok(Step {
+        rows,
+        past: ctx,
+        pad: Pad::Right,
+        admit,
+        cache_owner: None,
+        splits: vec![Split {
+            graph,
+            desc: g,
+            inputs,
+            outputs,
+        }],
+        layers,
+    })
+}
+
+/// An lm-head maps one hidden state to vocab logits.
+fn check_lmhead(m: &Manifest, d: &GraphDesc) -> Result<()> {
+    if d.inputs.len() != 1 || d.outputs.len() != 1 {
+        return Err(Error::graph(
+            &d.name,
+            format!(
+                "an lm-head graph has one input and one output, this one has {} and {}",
+                d.inputs.len(),
+                d.outputs.len()
+            ),
+        ));
+    }
+    if d.inputs[0].elems() != m.params.hidden {
+        return Err(Error::graph(
+            &d.name,
+            format!(
+                "input {} should hold hidden={}",
+                d.inputs[0].describe(),
+                m.params.hidden
+            ),
+        ));
+    }
+    if d.outputs[0].elems() != m.params.vocab {
+        return Err(Error::graph(
+            &d.name,
+            format!(
+                "output {} should hold vocab={}",
+                d.outputs[0].describe(),
+                m.params.vocab
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A chunked prefill reads the decode cache in place: same capacity, layout, dtype and
+/// scale.
+fn check_prefill_shares_cache<G>(pre: &Step<G>, dec: &Step<G>) -> Result<()> {
+    let name = pre.name().to_string();
+    if pre.past > 0 && pre.past != dec.past {
+        return Err(Error::graph(
+            &name,
+            format!(
+                "past inputs hold {} positions but the decode cache holds {}",
+                pre.past, dec.past
+            ),
+        ));
+    }
+    for (lp, ld) in pre.layers.iter().zip(&dec.layers) {
+        let pairs = [(lp.past_key, ld.past_key), (lp.past_value, ld.past_value)];
+        for (a, b) in pairs {
+            let (Some(a), Some(b)) = (a, b) else { continue };
+            let (ta, tb) = (pre.input_desc(a.at), dec.input_desc(b.at));
+            if ta.dims != tb.dims || ta.dtype != tb.dtype || ta.quant != tb.quant {
+                return Err(Error::graph(
+                    &name,
+                    format!(
+                        "input {} must match the decode cache {} (dims, dtype and quantization) to share it",
+                        ta.describe(),
+                        tb.describe()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
