@@ -8,11 +8,9 @@
 use crate::bundle::Loaded;
 use crate::engine::{Engine, GenConfig, Next};
 use crate::error::{Error, Result};
-use crate::genie::GenieModel;
-use crate::model::Model;
 use serde::Serialize;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Output format (`-o`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,13 +72,10 @@ impl RunInfo {
     /// name the build.
     pub fn new(loaded: &Loaded, zero_copy: bool, version: &str, commit: &str) -> RunInfo {
         let rt = loaded.rt();
-        let (filename, model_type, files, n_params, io_type) = match loaded {
-            Loaded::Manifest(model) => manifest_facts(model),
-            Loaded::Genie(g) => genie_facts(g),
-        };
+        let about = &loaded.model().about;
         let mut seen: Vec<&Path> = Vec::new();
         let mut size = 0;
-        for p in &files {
+        for p in &about.files {
             if !seen.contains(&p.as_path()) {
                 seen.push(p);
                 size += std::fs::metadata(p).map_or(0, |md| md.len());
@@ -91,12 +86,12 @@ impl RunInfo {
             build_commit: commit.to_string(),
             build_version: version.to_string(),
             backends: backend_label(&rt.backend().provider_name, &rt.device_facts.build_id),
-            model_filename: filename,
-            model_type,
+            model_filename: about.description.display().to_string(),
+            model_type: about.model_type.clone(),
             model_size: size,
-            model_n_params: n_params,
+            model_n_params: about.n_params,
             n_ctx: loaded.max_ctx(),
-            io_type,
+            io_type: about.io_type.clone(),
             io_mode: if zero_copy { "rpcmem" } else { "client" }.to_string(),
             perf_mode: rt.perf_mode.as_str().to_string(),
             qnn_api: format!("{}.{}.{}", api.major, api.minor, api.patch),
@@ -114,54 +109,6 @@ pub fn backend_label(provider_name: &str, build_id: &str) -> String {
     } else {
         format!("QNN {provider_name}")
     }
-}
-
-/// (file name, model type, files counted in the size, parameters, I/O type).
-type Facts = (String, String, Vec<PathBuf>, u64, String);
-
-fn manifest_facts(model: &Model) -> Facts {
-    let m = &model.manifest;
-    let mut files = vec![m.embed.clone()];
-    for r in m.prefill.iter().chain([&m.decode, &m.lmhead]) {
-        files.push(r.bin.clone());
-    }
-    let name = if m.name.is_empty() {
-        "model"
-    } else {
-        m.name.as_str()
-    };
-    (
-        m.path.display().to_string(),
-        format!("{name} ({})", m.arch.as_str()),
-        files,
-        m.n_params.unwrap_or(0),
-        short_dtype(model.io_dtype()),
-    )
-}
-
-/// Genie configs name no model and no parameter count: the type is the bundle directory's
-/// name, the size the context binaries', the I/O type the activations' (and the KV cache's
-/// when it differs, as in AI Hub's w4a16 bundles with uint8 KV).
-fn genie_facts(g: &GenieModel) -> Facts {
-    let dir = g
-        .config_path
-        .canonicalize()
-        .ok()
-        .and_then(|p| p.parent().and_then(|d| d.file_name()).map(|n| n.to_owned()))
-        .map_or_else(|| "genie".to_string(), |n| n.to_string_lossy().into_owned());
-    let (act, kv) = g.io_dtypes();
-    let io = if act == kv {
-        short_dtype(act)
-    } else {
-        format!("{}/kv {}", short_dtype(act), short_dtype(kv))
-    };
-    (
-        g.config_path.display().to_string(),
-        format!("{dir} (genie)"),
-        g.cfg.ctx_bins.clone(),
-        0,
-        io,
-    )
 }
 
 /// `FLOAT_16` → `f16`, `UFIXED_POINT_16` → `ufixed16`: the short form for tables.

@@ -4,7 +4,7 @@
 use crate::chat::{BundleIds, ChatTemplate};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::genie::{self, GenieModel};
+use crate::genie;
 use crate::manifest::Manifest;
 use crate::model::{LoadOptions, Model};
 use crate::qnn::Runtime;
@@ -12,15 +12,49 @@ use crate::tokenizer::Tokenizer;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// The bundle description, read and checked before anything is loaded.
+/// The bundle description, read and checked before anything is loaded: what it declares,
+/// in one shape for a qhx manifest and a Genie config alike, and the description itself,
+/// which only the loader reads.
 #[derive(Debug)]
-pub enum Spec {
+pub struct Spec {
+    /// The manifest or `genie_config.json`.
+    pub path: PathBuf,
+    /// The artifacts root its relative paths resolve against.
+    pub root: PathBuf,
+    pub declared: Declared,
+    source: Source,
+}
+
+/// The description a [`Spec`] was read from; [`Loaded::load`] picks the loader by it.
+#[derive(Debug)]
+enum Source {
     Manifest(Box<Manifest>),
-    Genie {
-        config: PathBuf,
-        root: PathBuf,
-        cfg: Box<genie::Resolved>,
-    },
+    Genie(Box<genie::Resolved>),
+}
+
+/// What a bundle description declares, before any binary is opened.
+#[derive(Debug, Clone)]
+pub struct Declared {
+    /// Every file it names, with what the file is.
+    pub files: Vec<(&'static str, PathBuf)>,
+    /// How those paths resolve (said when one is missing).
+    pub paths_hint: &'static str,
+    /// The context length it allows (the graphs may shorten it at load).
+    pub max_ctx: usize,
+    /// The end tokens it declares (the tokenizer may add well-known ones).
+    pub eos: Vec<u32>,
+    pub tokenizer: PathBuf,
+    /// Rows of the token space (ids must be below it).
+    pub vocab: usize,
+    /// BOS prepended to a raw text prompt (Genie prepends its bos-token to every query).
+    pub bos: Option<u32>,
+    /// The sampling the bundle itself asks for (a Genie config's `sampler` block).
+    pub sampling: Option<genie::config::Sampling>,
+    /// Stop strings the bundle itself declares (Genie's stop-sequence).
+    pub stops: Vec<String>,
+    /// A chat template the description carries itself (a manifest's `chat.template`), with
+    /// the file it came from.
+    pub template: Option<(String, PathBuf)>,
 }
 
 impl Spec {
@@ -29,48 +63,29 @@ impl Spec {
         let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
         let is_genie = serde_json::from_slice::<serde_json::Value>(&bytes)
             .is_ok_and(|v| genie::looks_like_genie(&v));
-        if is_genie {
+        let (declared, source) = if is_genie {
             let cfg = genie::GenieConfig::resolve(&bytes, path, root)?;
-            Ok(Spec::Genie {
-                config: path.to_path_buf(),
-                root: root.to_path_buf(),
-                cfg: Box::new(cfg),
-            })
+            (cfg.declared(), Source::Genie(Box::new(cfg)))
         } else {
-            Ok(Spec::Manifest(Box::new(Manifest::parse(
-                &bytes, path, root,
-            )?)))
-        }
+            let m = Manifest::parse(&bytes, path, root)?;
+            (m.declared(), Source::Manifest(Box::new(m)))
+        };
+        Ok(Spec {
+            path: path.to_path_buf(),
+            root: root.to_path_buf(),
+            declared,
+            source,
+        })
     }
 
     /// Every file the bundle names exists: checked before anything loads, so a missing
     /// binary costs milliseconds, not a backend start.
     pub fn check_files(&self) -> Result<()> {
-        let (files, hint): (Vec<(&str, &PathBuf)>, &str) = match self {
-            Spec::Manifest(m) => {
-                let mut v = vec![("tokenizer", &m.tokenizer), ("embedding table", &m.embed)];
-                for (what, r) in m
-                    .prefill
-                    .iter()
-                    .map(|r| ("prefill binary", r))
-                    .chain([("decode binary", &m.decode), ("lm-head binary", &m.lmhead)])
-                {
-                    v.push((what, &r.bin));
-                }
-                (v, "artifact paths resolve against the artifacts root")
-            }
-            Spec::Genie { cfg, .. } => {
-                let mut v: Vec<(&str, &PathBuf)> =
-                    cfg.ctx_bins.iter().map(|b| ("context binary", b)).collect();
-                v.push(("tokenizer", &cfg.tokenizer));
-                (v, "Genie config paths resolve against the artifacts root")
-            }
-        };
-        for (what, p) in files {
+        for (what, p) in &self.declared.files {
             if !p.is_file() {
                 return Err(Error::File {
                     path: p.clone(),
-                    msg: format!("{what} not found ({hint})"),
+                    msg: format!("{what} not found ({})", self.declared.paths_hint),
                 });
             }
         }
@@ -79,75 +94,47 @@ impl Spec {
 
     /// The context length the description allows (the graphs may shorten it at load).
     pub fn max_ctx(&self) -> usize {
-        match self {
-            Spec::Manifest(m) => m.params.max_ctx,
-            Spec::Genie { cfg, .. } => cfg.ctx_size,
-        }
+        self.declared.max_ctx
     }
 
     /// The end tokens the description declares (the tokenizer may add well-known ones).
     pub fn declared_eos(&self) -> &[u32] {
-        match self {
-            Spec::Manifest(m) => &m.eos,
-            Spec::Genie { cfg, .. } => &cfg.eos,
-        }
+        &self.declared.eos
     }
 
     /// The tokenizer file.
     pub fn tokenizer_path(&self) -> &Path {
-        match self {
-            Spec::Manifest(m) => &m.tokenizer,
-            Spec::Genie { cfg, .. } => &cfg.tokenizer,
-        }
+        &self.declared.tokenizer
     }
 
     /// Rows of the token space (ids must be below it).
     pub fn vocab(&self) -> usize {
-        match self {
-            Spec::Manifest(m) => m.params.vocab,
-            Spec::Genie { cfg, .. } => cfg.vocab,
-        }
+        self.declared.vocab
     }
 
-    /// BOS prepended to a raw text prompt (Genie prepends its bos-token to every query).
+    /// BOS prepended to a raw text prompt.
     pub fn bos(&self) -> Option<u32> {
-        match self {
-            Spec::Manifest(m) => m.params.bos_token_id,
-            Spec::Genie { cfg, .. } => cfg.bos,
-        }
+        self.declared.bos
     }
 
     /// The sampling the bundle itself asks for (a Genie config's `sampler` block).
     pub fn sampling(&self) -> Option<&genie::config::Sampling> {
-        match self {
-            Spec::Manifest(_) => None,
-            Spec::Genie { cfg, .. } => cfg.sampling.as_ref(),
-        }
+        self.declared.sampling.as_ref()
     }
 
     /// Stop strings the bundle itself declares (Genie's stop-sequence).
     pub fn stops(&self) -> Vec<String> {
-        match self {
-            Spec::Manifest(_) => Vec::new(),
-            Spec::Genie { cfg, .. } => cfg.stop.clone(),
-        }
+        self.declared.stops.clone()
     }
 
-    /// The chat template: the manifest's, else the tokenizer's (Genie configs carry none).
+    /// The chat template: the description's own, else the tokenizer's.
     pub fn chat_template(&self, tok: Option<&Tokenizer>) -> Result<ChatTemplate> {
-        match self {
-            Spec::Manifest(m) => ChatTemplate::for_bundle(m, tok),
-            Spec::Genie { config, cfg, .. } => ChatTemplate::from_sources(
-                None,
-                config,
-                &cfg.tokenizer,
-                BundleIds {
-                    bos: cfg.bos,
-                    eos: cfg.eos.first().copied(),
-                },
-                tok,
-            ),
-        }
+        let d = &self.declared;
+        let ids = BundleIds {
+            bos: d.bos,
+            eos: d.eos.first().copied(),
+        };
+        ChatTemplate::from_sources(d.template.clone(), &self.path, &d.tokenizer, ids, tok)
     }
 }
 
@@ -238,96 +225,61 @@ pub fn device_arch(backend: &Path, system: &Path) -> Result<Option<u32>> {
     Ok(Runtime::new(backend, system, 0)?.device_facts.dsp_arch)
 }
 
-/// A loaded bundle: contexts created, tokenizer ready.
+/// A loaded bundle: contexts created, tokenizer ready, graphs resolved into a plan.
 /// Cheap to clone: the model is shared (`Arc`), and every [`Engine`] made from it holds
 /// its own reference, so sessions may outlive the `Loaded` value and move between threads.
 #[derive(Clone)]
-pub enum Loaded {
-    Manifest(Arc<Model>),
-    Genie(Arc<GenieModel>),
-}
+pub struct Loaded(pub Arc<Model>);
 
 impl Loaded {
+    /// Load with the loader of the description's kind: the one place that asks it.
     pub fn load(spec: &Spec, backend: &Path, system: &Path, opts: &LoadOptions) -> Result<Loaded> {
-        Ok(match spec {
-            Spec::Manifest(m) => {
-                Loaded::Manifest(Arc::new(Model::load((**m).clone(), backend, system, opts)?))
-            }
-            Spec::Genie { config, root, .. } => Loaded::Genie(Arc::new(GenieModel::load(
-                config, root, backend, system, opts,
-            )?)),
-        })
+        let model = match &spec.source {
+            Source::Manifest(m) => Model::load((**m).clone(), backend, system, opts)?,
+            Source::Genie(cfg) => genie::load(&spec.path, (**cfg).clone(), backend, system, opts)?,
+        };
+        Ok(Loaded(Arc::new(model)))
     }
 
     pub fn engine(&self) -> Result<Engine> {
-        match self {
-            Loaded::Manifest(m) => Engine::new(m),
-            Loaded::Genie(g) => Engine::genie(g),
-        }
+        Engine::new(&self.0)
+    }
+
+    /// The loaded model.
+    pub fn model(&self) -> &Arc<Model> {
+        &self.0
     }
 
     /// The resolved graph plan (what the runner executes).
     pub fn plan(&self) -> &Arc<crate::plan::Plan> {
-        match self {
-            Loaded::Manifest(m) => &m.plan,
-            Loaded::Genie(g) => &g.plan,
-        }
+        &self.0.plan
     }
 
     pub fn tokenizer(&self) -> &Tokenizer {
-        match self {
-            Loaded::Manifest(m) => &m.tokenizer,
-            Loaded::Genie(g) => &g.tokenizer,
-        }
+        &self.0.tokenizer
     }
 
     pub fn eos(&self) -> Vec<u32> {
-        match self {
-            Loaded::Manifest(m) => m.eos.clone(),
-            Loaded::Genie(g) => g.eos(),
-        }
+        self.0.eos.clone()
     }
 
     pub fn max_ctx(&self) -> usize {
-        match self {
-            Loaded::Manifest(m) => m.max_ctx,
-            Loaded::Genie(g) => g.max_ctx(),
-        }
+        self.0.max_ctx
     }
 
     pub fn rt(&self) -> &Arc<Runtime> {
-        match self {
-            Loaded::Manifest(m) => &m.rt,
-            Loaded::Genie(g) => &g.rt,
-        }
+        &self.0.rt
     }
 
     pub fn context_ms(&self) -> &[(PathBuf, f64)] {
-        match self {
-            Loaded::Manifest(m) => &m.context_ms,
-            Loaded::Genie(g) => &g.context_ms,
-        }
+        &self.0.context_ms
     }
 
     pub fn warnings(&self) -> &[String] {
-        match self {
-            Loaded::Manifest(m) => &m.warnings,
-            Loaded::Genie(g) => &g.warnings,
-        }
+        &self.0.warnings
     }
 
     pub fn rpcmem_note(&self) -> Option<&str> {
-        match self {
-            Loaded::Manifest(m) => m.rpcmem_note.as_deref(),
-            Loaded::Genie(g) => g.rpcmem_note.as_deref(),
-        }
-    }
-
-    /// The manifest bundle's model, when it is one.
-    pub fn model(&self) -> Option<&Model> {
-        match self {
-            Loaded::Manifest(m) => Some(m),
-            Loaded::Genie(_) => None,
-        }
+        self.0.rpcmem_note.as_deref()
     }
 }

@@ -7,7 +7,6 @@
 //! that wants BOS writes `{{ bos_token }}` itself.
 
 use crate::error::{Error, Result};
-use crate::manifest::Manifest;
 use crate::tokenizer::Tokenizer;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -60,24 +59,6 @@ pub struct BundleIds {
 }
 
 impl ChatTemplate {
-    /// The bundle's template: manifest `chat.template`, else `tokenizer_config.json`'s
-    /// `chat_template`, else `chat_template.jinja`, both beside tokenizer.json. Without a
-    /// tokenizer (a check before the bundle loads), BOS/EOS strings that only the tokenizer
-    /// knows render empty.
-    pub fn for_bundle(m: &Manifest, tok: Option<&Tokenizer>) -> Result<ChatTemplate> {
-        let from_manifest = m
-            .chat
-            .as_ref()
-            .and_then(|c| c.get("template"))
-            .and_then(|t| t.as_str())
-            .map(|t| (t.to_string(), m.path.clone()));
-        let ids = BundleIds {
-            bos: m.params.bos_token_id,
-            eos: m.eos.first().copied(),
-        };
-        ChatTemplate::from_sources(from_manifest, &m.path, &m.tokenizer, ids, tok)
-    }
-
     /// The template from the bundle's own description (`given`, with where it came from),
     /// else the tokenizer's `tokenizer_config.json`, else `chat_template.jinja` beside the
     /// tokenizer. `bundle` names the bundle file in errors.

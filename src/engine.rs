@@ -6,7 +6,6 @@
 //! slot `pos` is the one the next token fills.
 
 use crate::error::{Error, Result};
-use crate::genie::GenieModel;
 use crate::model::Model;
 use crate::plan::Plan;
 use crate::runner::{Clock, Runner};
@@ -160,14 +159,9 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// An engine over a manifest bundle's plan.
+    /// An engine over a loaded bundle's plan (a manifest bundle's or a Genie bundle's alike).
     pub fn new(m: &Arc<Model>) -> Result<Engine> {
         Engine::for_plan(&m.plan, m.eos.clone(), m.max_ctx, m.load_ms)
-    }
-
-    /// An engine over a Genie bundle's plan.
-    pub fn genie(g: &Arc<GenieModel>) -> Result<Engine> {
-        Engine::for_plan(&g.plan, g.eos(), g.max_ctx(), g.load_ms)
     }
 
     /// Bind the plan's graphs (fails only when the plan cannot be bound, which loading
@@ -395,5 +389,4 @@ const _: () = {
     const fn shared<T: Send + Sync>() {}
     send::<Engine>();
     shared::<Model>();
-    shared::<GenieModel>();
 };

@@ -40,14 +40,21 @@ impl GraphRole {
     }
 }
 
+/// A loaded bundle, whichever kind it was: a qhx manifest and a Genie config each have a
+/// loader (this module's [`Model::load`], [`crate::genie::load`]) that resolves the graphs
+/// into a [`Plan`] and fills the rest; nothing after the load asks which kind it was.
 pub struct Model {
-    pub manifest: Manifest,
+    /// What the bundle is, for the banner and bench rows.
+    pub about: About,
     pub rt: Arc<Runtime>,
     /// The graphs, the embedding table and how the host feeds them.
     pub plan: Arc<Plan>,
     pub tokenizer: Tokenizer,
-    /// End tokens: the manifest's eos ids plus the tokenizer's well-known end tokens.
+    /// End tokens: the bundle's declared ones plus the tokenizer's well-known end tokens
+    /// (manifest), or the config's eos-token(s) and eot-token (Genie).
     pub eos: Vec<u32>,
+    /// BOS prepended to a raw text prompt.
+    pub bos: Option<u32>,
     /// Effective context length: min(manifest max_ctx, decode graph capacity).
     pub max_ctx: usize,
     pub load_ms: f64,
@@ -60,10 +67,35 @@ pub struct Model {
 }
 
 impl Model {
-    /// The dtype name of the decode graph's hidden-state input (the bundle's I/O type).
+    /// The dtype name of the decode graph's activation input (the bundle's I/O type).
     pub fn io_dtype(&self) -> &'static str {
         self.plan.io_dtypes().0
     }
+}
+
+/// What a loaded bundle is, as its loader describes it: the banner's words and the facts a
+/// bench row reports. Filled once at load, so the report never asks the bundle kind.
+#[derive(Debug, Clone)]
+pub struct About {
+    /// The manifest or `genie_config.json`.
+    pub description: PathBuf,
+    /// The banner's model field, e.g. `SmolLM2 (llama, v79)` or `Genie bundle <config>`.
+    pub title: String,
+    /// The banner's fields after the backend, e.g. `prefill P=64 | ctx 1024 | I/O FLOAT_16`.
+    pub details: String,
+    /// The bench table's model type, e.g. `SmolLM2 (llama)` or `<bundle dir> (genie)`.
+    pub model_type: String,
+    /// Files counted in the model size (embedding table and context binaries).
+    pub files: Vec<PathBuf>,
+    /// Parameters the bundle declares (0 when it does not say).
+    pub n_params: u64,
+    /// The I/O type for tables (`f16`, `ufixed16/kv ufixed8`).
+    pub io_type: String,
+    /// The arch and SoC the bundle was compiled for, when it says.
+    pub dsp_arch: Option<String>,
+    pub soc_model: Option<u32>,
+    /// Description keys this version does not read (reported at -v).
+    pub unused_keys: Vec<String>,
 }
 
 /// Choose the graph for `role` from a binary: by manifest name, else the only graph, else
@@ -288,9 +320,11 @@ impl Model {
         let plan = plan::manifest::resolve(&m, graphs, Some(embed))?;
         let max_ctx = plan.max_ctx;
         let eos = end_tokens(&m, &tokenizer);
+        let about = about(&m, &plan, max_ctx);
         Ok(Model {
             eos,
-            manifest: m,
+            bos: m.params.bos_token_id,
+            about,
             rt,
             plan: Arc::new(plan),
             tokenizer,
@@ -300,6 +334,43 @@ impl Model {
             rpcmem_note,
             warnings,
         })
+    }
+}
+
+/// The banner and bench facts of a manifest bundle.
+fn about(m: &Manifest, plan: &Plan, max_ctx: usize) -> About {
+    let name = if m.name.is_empty() { "model" } else { &m.name };
+    let io = plan.io_dtypes().0;
+    let mut files = vec![m.embed.clone()];
+    for r in m.prefill.iter().chain([&m.decode, &m.lmhead]) {
+        if !files.contains(&r.bin) {
+            files.push(r.bin.clone());
+        }
+    }
+    About {
+        description: m.path.clone(),
+        title: format!(
+            "{name} ({}{})",
+            m.arch.as_str(),
+            m.dsp_arch
+                .as_deref()
+                .map(|a| format!(", {a}"))
+                .unwrap_or_default()
+        ),
+        details: format!(
+            "prefill {} | ctx {max_ctx} | I/O {io}",
+            match plan.steps.as_slice() {
+                [pre, _, ..] => format!("P={}", pre.rows),
+                _ => "none (decode-over-prompt)".to_string(),
+            }
+        ),
+        model_type: format!("{name} ({})", m.arch.as_str()),
+        files,
+        n_params: m.n_params.unwrap_or(0),
+        io_type: crate::bench::short_dtype(io),
+        dsp_arch: m.dsp_arch.clone(),
+        soc_model: m.soc_model,
+        unused_keys: m.unknown_keys.clone(),
     }
 }
 

@@ -84,10 +84,7 @@ fn rss_is_flat_over_200_generations_and_200_turns() {
     let run = |engine: &mut Engine, i: usize| {
         let ids = model
             .tokenizer
-            .encode(
-                prompts[i % prompts.len()],
-                model.manifest.params.bos_token_id,
-            )
+            .encode(prompts[i % prompts.len()], model.bos)
             .unwrap();
         let mut stream = model.tokenizer.stream();
         let mut text = String::new();

@@ -32,10 +32,7 @@ fn load(rt: &Arc<Runtime>, name: &str, seed: u64, n_layers: usize) -> Arc<Model>
 
 /// Greedy ids for `prompt`, ignoring end tokens so that every run has the same length.
 fn run(model: &Model, engine: &mut Engine, prompt: &str) -> Vec<u32> {
-    let ids = model
-        .tokenizer
-        .encode(prompt, model.manifest.params.bos_token_id)
-        .expect("encode");
+    let ids = model.tokenizer.encode(prompt, model.bos).expect("encode");
     let cfg = GenConfig {
         ignore_eos: true,
         ..GenConfig::greedy(24)

@@ -143,9 +143,12 @@ fn inspect_one(libs: &Libs, bin: &Path) -> Result<(usize, BinaryInfo)> {
     Ok((bytes.len(), info))
 }
 
-/// What a tensor is probably for, from its name, side and shape (the LFM2 contract names
-/// first, then common export names).
+/// What a tensor is probably for: its meaning under the manifest or Genie naming contract
+/// (the names the loaders resolve), else a guess from common export names.
 fn role_guess(t: &TensorDesc, input: bool, graph_has_past: bool) -> &'static str {
+    if let Some(role) = qhx::plan::contract_role(&t.name, input) {
+        return role;
+    }
     let n = t.name.to_lowercase();
     let ends = |s: &str| n == s || n.ends_with(&format!("_{s}")) || n.ends_with(&format!("/{s}"));
     if n.starts_with("past_k") || n.contains("past_key") {

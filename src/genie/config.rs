@@ -307,6 +307,31 @@ pub struct Resolved {
     pub sampling: Option<Sampling>,
 }
 
+impl Resolved {
+    /// What the config declares, in the shape a manifest's is given too (a Genie config
+    /// carries no chat template of its own).
+    pub fn declared(&self) -> crate::bundle::Declared {
+        let mut files: Vec<(&'static str, PathBuf)> = self
+            .ctx_bins
+            .iter()
+            .map(|b| ("context binary", b.clone()))
+            .collect();
+        files.push(("tokenizer", self.tokenizer.clone()));
+        crate::bundle::Declared {
+            files,
+            paths_hint: "Genie config paths resolve against the artifacts root",
+            max_ctx: self.ctx_size,
+            eos: self.eos.clone(),
+            tokenizer: self.tokenizer.clone(),
+            vocab: self.vocab,
+            bos: self.bos,
+            sampling: self.sampling.clone(),
+            stops: self.stop.clone(),
+            template: None,
+        }
+    }
+}
+
 impl GenieConfig {
     /// Parse and check `bytes` (the file at `path`); relative paths resolve against `root`.
     pub fn resolve(bytes: &[u8], path: &Path, root: &Path) -> Result<Resolved> {

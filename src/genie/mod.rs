@@ -5,4 +5,4 @@ pub mod config;
 pub mod model;
 
 pub use config::{looks_like_genie, GenieConfig, Resolved};
-pub use model::GenieModel;
+pub use model::load;

@@ -2,145 +2,135 @@
 //! and grouped the way Genie groups them (variants by tokens-per-step AR and context CL,
 //! splits of one variant by sorted graph name), with every tensor given a role.
 
-use super::config::{GenieConfig, Resolved};
+use super::config::Resolved;
 use crate::error::{Error, Result};
-use crate::model::{open_runtime, LoadOptions};
+use crate::model::{open_runtime, About, LoadOptions, Model};
 use crate::plan::{self, Plan};
 use crate::qnn::{self, Context, Graph, GraphDesc, Runtime};
 use crate::tokenizer::Tokenizer;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub struct GenieModel {
-    pub config_path: PathBuf,
-    pub cfg: Resolved,
-    pub rt: Arc<Runtime>,
-    pub tokenizer: Tokenizer,
-    /// The variants as steps (largest AR first) and how the host feeds them.
-    pub plan: Arc<Plan>,
-    pub n_kv: usize,
-    pub head_dim: usize,
-    pub vocab: usize,
-    pub load_ms: f64,
-    pub context_ms: Vec<(PathBuf, f64)>,
-    /// Why rpcmem is not in use (None when it is loaded).
-    pub rpcmem_note: Option<String>,
-    /// Problems that did not stop the load (e.g. a refused performance vote).
-    pub warnings: Vec<String>,
+/// Load a Genie bundle: the config, its context binaries, the graphs resolved into a plan.
+pub fn load(
+    config_path: &Path,
+    cfg: Resolved,
+    backend: &Path,
+    system: &Path,
+    opts: &LoadOptions,
+) -> Result<Model> {
+    let t0 = Instant::now();
+    for p in cfg.ctx_bins.iter().chain([&cfg.tokenizer]) {
+        if !p.is_file() {
+            return Err(Error::File {
+                path: p.clone(),
+                msg: "not found (Genie config paths resolve against the artifacts root)".into(),
+            });
+        }
+    }
+    let progress = |stage: &str| {
+        if let Some(p) = opts.progress {
+            p(stage)
+        }
+    };
+    if opts.cancel.is_cancelled() {
+        return Err(Error::Cancelled);
+    }
+    // As for manifest bundles: the tokenizer parses on its own thread while the
+    // contexts are created, and its errors still come first.
+    let tok_path = cfg.tokenizer.clone();
+    let tok_thread = std::thread::spawn(move || Tokenizer::load(&tok_path));
+    let stage2 = (|| -> Result<_> {
+        progress("QNN libraries");
+        let (rt, rpcmem_note, warnings) = open_runtime(backend, None, system, opts)?;
+        let mut graphs: Vec<(Graph, GraphDesc)> = Vec::new();
+        let mut context_ms = Vec::new();
+        // Contexts one after another (the real backend crashed on overlapping creations).
+        let n = cfg.ctx_bins.len();
+        for (k, bin) in cfg.ctx_bins.iter().enumerate() {
+            if opts.cancel.is_cancelled() {
+                return Err(Error::Cancelled);
+            }
+            let name = bin.file_name().unwrap_or_default().to_string_lossy();
+            progress(&format!("context {}/{n} ({name})", k + 1));
+            let tc = Instant::now();
+            graphs.extend(load_context(&rt, bin)?);
+            context_ms.push((bin.clone(), tc.elapsed().as_secs_f64() * 1000.0));
+        }
+        Ok((rt, rpcmem_note, warnings, graphs, context_ms))
+    })();
+    let tokenizer = tok_thread
+        .join()
+        .unwrap_or_else(|_| Err(Error::ThreadPanicked("tokenizer-loading")))?;
+    let (rt, rpcmem_note, warnings, graphs, context_ms) = stage2?;
+    progress("graphs");
+    let (plan, _) = plan::genie::resolve(&cfg, config_path, graphs, tokenizer.vocab_size())?;
+    Ok(Model {
+        eos: end_tokens(&cfg),
+        bos: cfg.bos,
+        about: about(config_path, &cfg, &plan),
+        max_ctx: plan.max_ctx,
+        rt,
+        tokenizer,
+        plan: Arc::new(plan),
+        load_ms: t0.elapsed().as_secs_f64() * 1000.0,
+        context_ms,
+        rpcmem_note,
+        warnings,
+    })
 }
 
-impl GenieModel {
-    pub fn load(
-        config_path: &Path,
-        root: &Path,
-        backend: &Path,
-        system: &Path,
-        opts: &LoadOptions,
-    ) -> Result<GenieModel> {
-        let t0 = Instant::now();
-        let bytes = std::fs::read(config_path).map_err(|e| Error::io(config_path, e))?;
-        let cfg = GenieConfig::resolve(&bytes, config_path, root)?;
-        for p in cfg.ctx_bins.iter().chain([&cfg.tokenizer]) {
-            if !p.is_file() {
-                return Err(Error::File {
-                    path: p.clone(),
-                    msg: "not found (Genie config paths resolve against the artifacts root)".into(),
-                });
-            }
+/// End tokens: the config's eos-token(s) and eot-token.
+fn end_tokens(cfg: &Resolved) -> Vec<u32> {
+    let mut e = cfg.eos.clone();
+    let eot = cfg.cfg.dialog.context.eot_token;
+    if let Some(t) = eot.and_then(|i| u32::try_from(i).ok()) {
+        if !e.contains(&t) {
+            e.push(t);
         }
-        let progress = |stage: &str| {
-            if let Some(p) = opts.progress {
-                p(stage)
-            }
-        };
-        if opts.cancel.is_cancelled() {
-            return Err(Error::Cancelled);
-        }
-        // As for manifest bundles: the tokenizer parses on its own thread while the
-        // contexts are created, and its errors still come first.
-        let tok_path = cfg.tokenizer.clone();
-        let tok_thread = std::thread::spawn(move || Tokenizer::load(&tok_path));
-        let stage2 = (|| -> Result<_> {
-            progress("QNN libraries");
-            let (rt, rpcmem_note, warnings) = open_runtime(backend, None, system, opts)?;
-            let mut graphs: Vec<(Graph, GraphDesc)> = Vec::new();
-            let mut context_ms = Vec::new();
-            // Contexts one after another (the real backend crashed on overlapping creations).
-            let n = cfg.ctx_bins.len();
-            for (k, bin) in cfg.ctx_bins.iter().enumerate() {
-                if opts.cancel.is_cancelled() {
-                    return Err(Error::Cancelled);
-                }
-                let name = bin.file_name().unwrap_or_default().to_string_lossy();
-                progress(&format!("context {}/{n} ({name})", k + 1));
-                let tc = Instant::now();
-                graphs.extend(load_context(&rt, bin)?);
-                context_ms.push((bin.clone(), tc.elapsed().as_secs_f64() * 1000.0));
-            }
-            Ok((rt, rpcmem_note, warnings, graphs, context_ms))
-        })();
-        let tokenizer = tok_thread
-            .join()
-            .unwrap_or_else(|_| Err(Error::ThreadPanicked("tokenizer-loading")))?;
-        let (rt, rpcmem_note, warnings, graphs, context_ms) = stage2?;
-        progress("graphs");
-        let (
-            plan,
-            Layout {
-                n_kv,
-                head_dim,
-                vocab,
-            },
-        ) = plan::genie::resolve(&cfg, config_path, graphs, tokenizer.vocab_size())?;
-        Ok(GenieModel {
-            config_path: config_path.to_path_buf(),
-            cfg,
-            rt,
-            tokenizer,
-            plan: Arc::new(plan),
-            n_kv,
-            head_dim,
-            vocab,
-            load_ms: t0.elapsed().as_secs_f64() * 1000.0,
-            context_ms,
-            rpcmem_note,
-            warnings,
-        })
     }
+    e
+}
 
-    /// Positions a dialog can hold: every variant must keep the cache in its past slots,
-    /// and `context.size` caps it.
-    pub fn max_ctx(&self) -> usize {
-        self.plan.max_ctx
-    }
-
-    /// End tokens: the config's eos-token(s) and eot-token.
-    pub fn eos(&self) -> Vec<u32> {
-        let mut e = self.cfg.eos.clone();
-        if let Some(t) = self
-            .cfg
-            .cfg
-            .dialog
-            .context
-            .eot_token
-            .and_then(|i| u32::try_from(i).ok())
-        {
-            if !e.contains(&t) {
-                e.push(t);
-            }
-        }
-        e
-    }
-
-    pub fn n_layers(&self) -> usize {
-        self.plan.n_layers
-    }
-
-    /// QNN dtype names of the activations (the attention mask) and of the K/V cache, as the
-    /// decode variant's binary declares them.
-    pub fn io_dtypes(&self) -> (&'static str, &'static str) {
-        self.plan.io_dtypes()
+/// The banner and bench facts of a Genie bundle. Genie configs name no model and no
+/// parameter count: the type is the bundle directory's name, the size the context
+/// binaries', the I/O type the activations' (and the KV cache's when it differs, as in AI
+/// Hub's w4a16 bundles with uint8 KV).
+fn about(config_path: &Path, cfg: &Resolved, plan: &Plan) -> About {
+    let short = crate::bench::short_dtype;
+    let variants: Vec<String> = plan
+        .steps
+        .iter()
+        .map(|v| format!("AR{}/CL{} x{}", v.rows, v.rows + v.past, v.splits.len()))
+        .collect();
+    let dir = config_path
+        .canonicalize()
+        .ok()
+        .and_then(|p| p.parent().and_then(|d| d.file_name()).map(|n| n.to_owned()))
+        .map_or_else(|| "genie".to_string(), |n| n.to_string_lossy().into_owned());
+    let (act, kv) = plan.io_dtypes();
+    About {
+        description: config_path.to_path_buf(),
+        title: format!("Genie bundle {}", config_path.display()),
+        details: format!(
+            "{} layers, {} variants ({}) | ctx {}",
+            plan.n_layers,
+            plan.steps.len(),
+            variants.join(", "),
+            plan.max_ctx
+        ),
+        model_type: format!("{dir} (genie)"),
+        files: cfg.ctx_bins.clone(),
+        n_params: 0,
+        io_type: if act == kv {
+            short(act)
+        } else {
+            format!("{}/kv {}", short(act), short(kv))
+        },
+        dsp_arch: None,
+        soc_model: None,
+        unused_keys: Vec::new(),
     }
 }
 
@@ -162,7 +152,7 @@ fn load_context(rt: &Arc<Runtime>, bin: &Path) -> Result<Vec<(Graph, GraphDesc)>
 
 pub use crate::plan::genie::Layout;
 
-/// The checks of [`GenieModel::load`] on graph metadata alone (no QNN handles): group the
+/// The checks of [`load`] on graph metadata alone (no QNN handles): group the
 /// graphs of every context binary into variants, give each tensor a role, and check the
 /// shapes against each other, against the config (`kv-dim`) and against the tokenizer's
 /// vocabulary size.
@@ -179,6 +169,7 @@ pub fn check_graphs(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::genie::GenieConfig;
     use crate::qnn::TensorDesc;
 
     fn t(name: &str, dtype: u32, dims: &[u32]) -> TensorDesc {

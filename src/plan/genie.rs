@@ -52,7 +52,7 @@ pub fn kv_name(name: &str, input: bool) -> Option<(bool, usize)> {
 
 /// The source of a Genie input named `name` (K/V widths and the mask geometry are filled
 /// in once the variant's shapes are known).
-fn input_source(name: &str) -> Option<Source> {
+pub(crate) fn input_source(name: &str) -> Option<Source> {
     let masked = MaskSpec {
         past: 0,
         own: true,
@@ -75,7 +75,7 @@ fn input_source(name: &str) -> Option<Source> {
 }
 
 /// Resolve the graphs of a Genie bundle (any order) into a plan, with every check of
-/// `GenieModel::load` that needs only metadata.
+/// `genie::load` that needs only metadata.
 pub fn resolve<G>(
     cfg: &Resolved,
     config_path: &Path,

@@ -9,7 +9,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::kv::KvShape;
-use crate::manifest::Manifest;
+use crate::manifest::{GraphRef, Manifest};
 use crate::ops::embed::EmbedTable;
 use crate::qnn::{GraphDesc, TensorDesc};
 
@@ -31,10 +31,11 @@ pub fn resolve<G>(m: &Manifest, g: Graphs<G>, embed: Option<EmbedTable>) -> Resu
         super::check_dtypes(d)?;
     }
     let p = &m.params;
-    let decode = stack_step(m, g.decode.0, g.decode.1, true)?;
+    let decode = stack_step(m, &m.decode, g.decode.0, g.decode.1, true)?;
     let mut steps = Vec::new();
     if let Some((graph, desc)) = g.prefill {
-        let mut pre = stack_step(m, graph, desc, false)?;
+        let r = m.prefill.as_ref().unwrap_or(&m.decode);
+        let mut pre = stack_step(m, r, graph, desc, false)?;
         check_prefill_shares_cache(&pre, &decode)?;
         if pre.has_past() {
             // Index of the decode step, pushed after this one.
@@ -90,12 +91,18 @@ fn find<'a>(
 }
 
 /// A prefill (`decode == false`) or decode graph as a one-split step.
-fn stack_step<G>(m: &Manifest, graph: G, g: GraphDesc, decode: bool) -> Result<Step<G>> {
+fn stack_step<G>(
+    m: &Manifest,
+    r: &GraphRef,
+    graph: G,
+    g: GraphDesc,
+    decode: bool,
+) -> Result<Step<G>> {
     let p = &m.params;
     let (h, hd, k) = (p.hidden, p.head_dim, m.kv_dim());
     let gn = g.name.as_str();
-    // Tensor names by role; `plan.io` may rename them for bundles with other conventions.
-    let nm = |role: &str, i: Option<usize>| m.plan.tensor_name(role, i);
+    // Tensor names by role: the step's own (schema 2), else `plan.io` or the defaults.
+    let nm = |role: &str, i: Option<usize>| m.tensor_name(r, role, i);
     let mut inputs = vec![Source::Unfed; g.inputs.len()];
     let mut outputs = vec![Sink::Other; g.outputs.len()];
     let (x, xt) = find(&g.inputs, &nm("x", None), gn, "input")?;
@@ -261,6 +268,20 @@ fn check_lmhead(m: &Manifest, d: &GraphDesc) -> Result<()> {
                 d.outputs.len()
             ),
         ));
+    }
+    // Schema 2 names the head's tensors; schema 1 takes its one input and output as they are.
+    for (role, t, side) in [("x", &d.inputs[0], "input"), ("y", &d.outputs[0], "output")] {
+        if let Some(want) = m.lmhead.io.get(role) {
+            if &t.name != want {
+                return Err(Error::graph(
+                    &d.name,
+                    format!(
+                        "{side} is {}, but the manifest's plan.steps names it {want:?}",
+                        t.describe()
+                    ),
+                ));
+            }
+        }
     }
     if d.inputs[0].elems() != m.params.hidden {
         return Err(Error::graph(

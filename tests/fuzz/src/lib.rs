@@ -138,7 +138,7 @@ pub fn prompt(data: &[u8]) {
     };
     let Ok(ids) = model
         .tokenizer
-        .encode(&text, model.manifest.params.bos_token_id)
+        .encode(&text, model.bos)
     else {
         return;
     };
@@ -334,7 +334,7 @@ fn perturb(graphs: &mut Vec<qnn::GraphDesc>, kind: u8, at: u8) {
 /// `genie_config.json`: the first 8 bytes shape synthetic graph metadata (layers, heads,
 /// head dim, vocabulary, context, variants, splits, and one optional perturbation), the
 /// rest is the config text. The config is parsed and resolved, then checked against the
-/// graphs as `GenieModel::load` checks a bundle. Unperturbed graphs with a config whose
+/// graphs as `qhx::genie::load` checks a bundle. Unperturbed graphs with a config whose
 /// `kv-dim` (if any) matches must pass, with the shape's layout.
 pub fn genie_config(data: &[u8]) {
     use qhx::genie::config::{looks_like_genie, GenieConfig};

@@ -1,11 +1,17 @@
-//! The bundle manifest (schema_version 1): serde mirror of the JSON, then validation into
-//! a resolved [`Manifest`] whose paths are joined to the artifacts root.
+//! The bundle manifest: serde mirror of the JSON, then validation into a resolved
+//! [`Manifest`] whose paths are joined to the artifacts root. Schema 1 names the graphs by
+//! role under `artifacts.contexts` and finds tensors by name; schema 2 writes the plan out
+//! (`plan.steps`, see [`steps`]). Both become the same [`Manifest`].
 
 use crate::error::{Error, Result};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-pub const SCHEMA_VERSION: u32 = 1;
+pub mod steps;
+
+/// The newest schema this version reads (it reads every one from 1).
+pub const SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct ModelSection {
@@ -108,7 +114,9 @@ pub enum EmbedRef {
 
 #[derive(Debug, Clone, Deserialize)]
 pub struct Artifacts {
-    pub contexts: Contexts,
+    /// Schema 1's graphs by role (schema 2 names them in `plan.steps`).
+    #[serde(default)]
+    pub contexts: Option<Contexts>,
     pub embed: EmbedRef,
     pub tokenizer: String,
 }
@@ -123,7 +131,10 @@ pub struct Plan {
     /// `sin`, `cmask`, `y`, `past_k`, `past_v`, `new_k`, `new_v`; per-layer names use `{i}`
     /// (e.g. `"past_k": "layers.{i}.k_cache"`).
     #[serde(default)]
-    pub io: std::collections::BTreeMap<String, String>,
+    pub io: BTreeMap<String, String>,
+    /// Schema 2: the steps, each tensor with its plan kind.
+    #[serde(default)]
+    pub steps: Option<Vec<steps::RawStep>>,
 }
 
 impl Plan {
@@ -190,7 +201,7 @@ const KNOWN_KEYS: &[(&str, &[&str])] = &[
         "artifacts.contexts",
         &["prefill", "decode", "lmhead", "shared"],
     ),
-    ("plan", &["op", "ar", "io", "params"]),
+    ("plan", &["op", "ar", "io", "params", "steps"]),
 ];
 
 /// JSON paths of keys qhx does not read (they are ignored).
@@ -246,12 +257,16 @@ impl Arch {
 pub struct GraphRef {
     pub bin: PathBuf,
     pub graph: Option<String>,
+    /// Tensor names by role for this graph alone (schema 2's step I/O); empty in schema 1,
+    /// where `plan.io` and the default names apply to every graph.
+    pub io: BTreeMap<String, String>,
 }
 
 /// A validated manifest with artifact paths resolved against the artifacts root.
 #[derive(Debug, Clone)]
 pub struct Manifest {
     pub path: PathBuf,
+    pub schema_version: u32,
     pub name: String,
     pub arch: Arch,
     pub dsp_arch: Option<String>,
@@ -272,6 +287,35 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// What the manifest declares, in the shape a Genie config's is given too.
+    pub fn declared(&self) -> crate::bundle::Declared {
+        let mut files = vec![("tokenizer", self.tokenizer.clone())];
+        files.push(("embedding table", self.embed.clone()));
+        if let Some(r) = &self.prefill {
+            files.push(("prefill binary", r.bin.clone()));
+        }
+        files.push(("decode binary", self.decode.bin.clone()));
+        files.push(("lm-head binary", self.lmhead.bin.clone()));
+        let template = self
+            .chat
+            .as_ref()
+            .and_then(|c| c.get("template"))
+            .and_then(|t| t.as_str())
+            .map(|t| (t.to_string(), self.path.clone()));
+        crate::bundle::Declared {
+            files,
+            paths_hint: "artifact paths resolve against the artifacts root",
+            max_ctx: self.params.max_ctx,
+            eos: self.eos.clone(),
+            tokenizer: self.tokenizer.clone(),
+            vocab: self.params.vocab,
+            bos: self.params.bos_token_id,
+            sampling: None,
+            stops: Vec::new(),
+            template,
+        }
+    }
+
     /// Read, parse and validate `path`; artifact names resolve against `root`.
     pub fn load(path: &Path, root: &Path) -> Result<Manifest> {
         let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
@@ -299,9 +343,9 @@ impl Manifest {
                 err(format!("{at}: {inner}"))
             }
         })?;
-        if raw.schema_version != SCHEMA_VERSION {
+        if !(1..=SCHEMA_VERSION).contains(&raw.schema_version) {
             return Err(err(format!(
-                "schema_version: {} is not supported (this qhx reads {SCHEMA_VERSION})",
+                "schema_version: {} is not supported (this qhx reads 1 to {SCHEMA_VERSION})",
                 raw.schema_version
             )));
         }
@@ -387,41 +431,76 @@ impl Manifest {
             }
             Ok(root.join(name))
         };
-        let c = &raw.artifacts.contexts;
-        let shared = match &c.shared {
-            Some(sh) => Some(match &sh.bin {
-                Some(b) => resolve(b, "artifacts.contexts.shared.bin")?,
-                None => return Err(err("artifacts.contexts.shared: missing field `bin`".into())),
-            }),
-            None => None,
-        };
-        let gref = |r: &ContextRef, field: &str, may_share: bool| -> Result<GraphRef> {
-            let bin = match (&r.bin, &shared) {
-                (Some(b), _) => resolve(b, &format!("{field}.bin"))?,
-                (None, Some(sh)) if may_share => sh.clone(),
-                _ => return Err(err(format!("{field}: missing field `bin`"))),
+        let (prefill, decode, lmhead) = if raw.schema_version >= 2 {
+            if raw.artifacts.contexts.is_some() {
+                return Err(err(
+                    "artifacts.contexts: schema_version 2 names its graphs in plan.steps, not here"
+                        .into(),
+                ));
+            }
+            if !raw.plan.io.is_empty() {
+                return Err(err(
+                    "plan.io: schema_version 2 names each step's tensors in plan.steps".into(),
+                ));
+            }
+            let Some(st) = &raw.plan.steps else {
+                return Err(err("plan: missing field `steps` (schema_version 2)".into()));
             };
-            Ok(GraphRef {
-                bin,
-                graph: r.graph.clone(),
-            })
+            let bin = |name: &str, field: &str| {
+                resolve(name, field).map_err(|e| match e {
+                    Error::Manifest { msg, .. } => msg,
+                    other => other.to_string(),
+                })
+            };
+            let st = steps::resolve(st, &bin).map_err(err)?;
+            (st.prefill, st.decode, st.head)
+        } else {
+            if raw.plan.steps.is_some() {
+                return Err(err("plan.steps: needs schema_version 2".into()));
+            }
+            let Some(c) = &raw.artifacts.contexts else {
+                return Err(err("artifacts: missing field `contexts`".into()));
+            };
+            let shared = match &c.shared {
+                Some(sh) => Some(match &sh.bin {
+                    Some(b) => resolve(b, "artifacts.contexts.shared.bin")?,
+                    None => {
+                        return Err(err("artifacts.contexts.shared: missing field `bin`".into()))
+                    }
+                }),
+                None => None,
+            };
+            let gref = |r: &ContextRef, field: &str, may_share: bool| -> Result<GraphRef> {
+                let bin = match (&r.bin, &shared) {
+                    (Some(b), _) => resolve(b, &format!("{field}.bin"))?,
+                    (None, Some(sh)) if may_share => sh.clone(),
+                    _ => return Err(err(format!("{field}: missing field `bin`"))),
+                };
+                Ok(GraphRef {
+                    bin,
+                    graph: r.graph.clone(),
+                    io: BTreeMap::new(),
+                })
+            };
+            let decode = match &c.decode {
+                Some(d) => gref(d, "artifacts.contexts.decode", true)?,
+                None => return Err(err("artifacts.contexts: missing field `decode`".into())),
+            };
+            let prefill = c
+                .prefill
+                .as_ref()
+                .map(|r| gref(r, "artifacts.contexts.prefill", true))
+                .transpose()?;
+            let lmhead = gref(&c.lmhead, "artifacts.contexts.lmhead", false)?;
+            (prefill, decode, lmhead)
         };
-        let decode = match &c.decode {
-            Some(d) => gref(d, "artifacts.contexts.decode", true)?,
-            None => return Err(err("artifacts.contexts: missing field `decode`".into())),
-        };
-        let prefill = c
-            .prefill
-            .as_ref()
-            .map(|r| gref(r, "artifacts.contexts.prefill", true))
-            .transpose()?;
-        let lmhead = gref(&c.lmhead, "artifacts.contexts.lmhead", false)?;
         let (embed_name, embed_dtype) = match &raw.artifacts.embed {
             EmbedRef::File(f) => (f.as_str(), EmbedDtype::F16),
             EmbedRef::Full { file, dtype } => (file.as_str(), *dtype),
         };
         Ok(Manifest {
             path: path.to_path_buf(),
+            schema_version: raw.schema_version,
             name: raw.model.name.clone(),
             arch,
             dsp_arch: raw.model.dsp_arch.clone(),
@@ -441,6 +520,16 @@ impl Manifest {
                 .unwrap_or_default(),
             params: raw.params,
         })
+    }
+
+    /// The name of `graph`'s tensor of `role` (layer `i` for per-layer roles): the step's
+    /// own (schema 2), else `plan.io`'s or the default name (schema 1).
+    pub fn tensor_name(&self, graph: &GraphRef, role: &str, i: Option<usize>) -> String {
+        match (graph.io.get(role), i) {
+            (Some(p), Some(i)) => p.replace("{i}", &i.to_string()),
+            (Some(p), None) => p.clone(),
+            (None, _) => self.plan.tensor_name(role, i),
+        }
     }
 
     /// K = n_kv_heads * head_dim, the per-position width of one layer's K or V.
@@ -530,8 +619,8 @@ mod tests {
         for (from, to, needle) in [
             (
                 r#""schema_version":1"#,
-                r#""schema_version":2"#,
-                "schema_version",
+                r#""schema_version":3"#,
+                "schema_version: 3 is not supported",
             ),
             (r#""n_kv_heads":1"#, r#""n_kv_heads":0"#, "n_kv_heads"),
             (r#""head_dim":4"#, r#""head_dim":3"#, "head_dim"),
@@ -552,5 +641,127 @@ mod tests {
         }
         assert!(parse("").unwrap_err().to_string().contains("empty"));
         assert!(parse("{").is_err());
+    }
+
+    /// The schema 1 `GOOD` bundle with a chunked prefill, written as schema 2 steps.
+    const V2: &str = r#"{"schema_version":2,
+      "model":{"name":"m","arch":"llama"},
+      "params":{"hidden":8,"vocab":32,"n_layers":2,"n_heads":2,"n_kv_heads":1,"head_dim":4,
+                "max_ctx":16,"rope_theta":10000.0,"eos_token_id":[2,3]},
+      "artifacts":{"embed":"e.bin","tokenizer":"tokenizer.json"},
+      "plan":{"steps":[
+        {"role":"prefill","bin":"s.bin","graph":"pf",
+         "inputs":{"h":"embedding","rc":"rope_cos","rs":"rope_sin","m":"mask","k{i}":"past_key","v{i}":"past_value"},
+         "outputs":{"out":"hidden","nk{i}":"new_key","nv{i}":"new_value"}},
+        {"role":"decode","bin":"s.bin","graph":"dec",
+         "inputs":{"h":"embedding","rc":"rope_cos","rs":"rope_sin","m":"mask","k{i}":"past_key","v{i}":"past_value"},
+         "outputs":{"out":"hidden","nk{i}":"new_key","nv{i}":"new_value"}},
+        {"role":"head","bin":"l.bin","inputs":{"hid":"hidden"},"outputs":{"lg":"logits"}}]}}"#;
+
+    #[test]
+    fn schema_2_steps_give_each_graph_its_tensor_names() {
+        let m = parse(V2).unwrap();
+        assert_eq!(m.schema_version, 2);
+        let pre = m.prefill.as_ref().unwrap();
+        assert_eq!(pre.bin, PathBuf::from("/root/s.bin"));
+        assert_eq!(pre.graph.as_deref(), Some("pf"));
+        assert_eq!(m.decode.bin, PathBuf::from("/root/s.bin"));
+        assert_eq!(m.tensor_name(&m.decode, "past_k", Some(7)), "k7");
+        assert_eq!(m.tensor_name(&m.decode, "cmask", None), "m");
+        assert_eq!(m.tensor_name(pre, "new_v", Some(1)), "nv1");
+        assert_eq!(m.tensor_name(&m.lmhead, "x", None), "hid");
+        assert_eq!(m.tensor_name(&m.lmhead, "y", None), "lg");
+        assert!(m.unknown_keys.is_empty(), "{:?}", m.unknown_keys);
+        // A prefill from an empty cache declares no past; the schema 1 defaults still
+        // apply to schema 1 graphs.
+        let no_past = V2.replacen(r#","k{i}":"past_key","v{i}":"past_value""#, "", 1);
+        assert_eq!(parse(&no_past).unwrap().prefill.unwrap().io.len(), 7);
+        let v1 = parse(GOOD).unwrap();
+        assert_eq!(v1.tensor_name(&v1.decode, "past_k", Some(7)), "past_k_7");
+    }
+
+    #[test]
+    fn schema_2_mistakes_are_named() {
+        let decode_in = r#""k{i}":"past_key","v{i}":"past_value"},
+         "outputs":{"out":"hidden","nk{i}":"new_key","nv{i}":"new_value"}},
+        {"role":"head""#;
+        for (from, to, needle) in [
+            (
+                r#""artifacts":{"embed""#,
+                r#""artifacts":{"contexts":{"lmhead":{"bin":"l.bin"}},"embed""#,
+                "artifacts.contexts: schema_version 2 names its graphs in plan.steps",
+            ),
+            (
+                r#""plan":{"steps""#,
+                r#""plan":{"io":{},"stepz""#,
+                "missing field `steps`",
+            ),
+            (
+                r#""role":"prefill""#,
+                r#""role":"decode""#,
+                r#"roles are ["decode", "decode", "head"]"#,
+            ),
+            (
+                r#""h":"embedding""#,
+                r#""h":"conv_state""#,
+                r#"plan.steps[0].inputs.h: "conv_state" is a plan kind this qhx does not feed"#,
+            ),
+            (
+                r#""h":"embedding""#,
+                r#""h":"embeding""#,
+                r#"plan.steps[0].inputs.h: "embeding" is not one of ["embedding""#,
+            ),
+            (
+                r#""k{i}":"past_key""#,
+                r#""k":"past_key""#,
+                "plan.steps[0].inputs.k: a \"past_key\" tensor is per layer",
+            ),
+            (
+                r#""rc":"rope_cos""#,
+                r#""rc{i}":"rope_cos""#,
+                "`{i}` has no meaning",
+            ),
+            (
+                r#""rs":"rope_sin""#,
+                r#""rs":"rope_cos""#,
+                "plan.steps[0].inputs: two tensors are given the \"rope_cos\" kind",
+            ),
+            (
+                decode_in,
+                r#""k{i}":"past_key"},
+         "outputs":{"out":"hidden","nk{i}":"new_key","nv{i}":"new_value"}},
+        {"role":"head""#,
+                "plan.steps[1].inputs: no tensor is given the \"past_value\" kind",
+            ),
+            (
+                r#""lg":"logits""#,
+                r#""lg":"hidden""#,
+                r#"plan.steps[2].outputs.lg: "hidden" is not one of ["logits"]"#,
+            ),
+            (
+                r#""bin":"l.bin""#,
+                r#""bin":"""#,
+                "plan.steps[2].bin: empty file name",
+            ),
+            (r#""graph":"pf""#, r#""grph":"pf""#, "unknown field `grph`"),
+        ] {
+            assert!(V2.contains(from), "{from}");
+            let e = parse(&V2.replacen(from, to, 1)).unwrap_err().to_string();
+            assert!(e.contains(needle), "{from} -> {e}");
+        }
+        // Steps need schema 2, and schema 1 still needs its contexts.
+        let e = parse(&V2.replace(r#""schema_version":2"#, r#""schema_version":1"#));
+        assert!(e
+            .unwrap_err()
+            .to_string()
+            .contains("plan.steps: needs schema_version 2"));
+        let e = parse(&GOOD.replace(
+            r#""contexts":{"decode":{"bin":"d.bin"},"lmhead":{"bin":"l.bin","graph":"lm"}},"#,
+            "",
+        ));
+        assert!(e
+            .unwrap_err()
+            .to_string()
+            .contains("artifacts: missing field `contexts`"));
     }
 }

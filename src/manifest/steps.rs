@@ -1,0 +1,156 @@
+//! Schema 2's `plan.steps`: the bundle's graphs written as the plan the runtime resolves
+//! them into. Each step names its binary and graph and says, per graph tensor, which plan
+//! source feeds it or which sink takes it; no tensor is found by a naming convention.
+//! Resolved here into the same [`GraphRef`]s a schema 1 manifest gives (with each
+//! tensor's name per role), so one resolver, `plan::manifest`, checks both.
+
+use super::GraphRef;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// One `plan.steps[]` entry as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStep {
+    /// `prefill`, `decode` or `head`.
+    pub role: String,
+    pub bin: String,
+    #[serde(default)]
+    pub graph: Option<String>,
+    /// Tensor name → source kind.
+    pub inputs: BTreeMap<String, String>,
+    /// Tensor name → sink kind.
+    pub outputs: BTreeMap<String, String>,
+}
+
+/// Plan sources a stack step (prefill, decode) reads, with the schema 1 role name each
+/// maps to and whether it is per layer (its tensor name then holds `{i}`).
+const STACK_SOURCES: &[(&str, &str, bool)] = &[
+    ("embedding", "x", false),
+    ("rope_cos", "cos", false),
+    ("rope_sin", "sin", false),
+    ("mask", "cmask", false),
+    ("past_key", "past_k", true),
+    ("past_value", "past_v", true),
+];
+const STACK_SINKS: &[(&str, &str, bool)] = &[
+    ("hidden", "y", false),
+    ("new_key", "new_k", true),
+    ("new_value", "new_v", true),
+];
+const HEAD_SOURCES: &[(&str, &str, bool)] = &[("hidden", "x", false)];
+const HEAD_SINKS: &[(&str, &str, bool)] = &[("logits", "y", false)];
+
+/// Kinds the plan describes but this version does not feed on manifest bundles yet (a
+/// bundle using one is refused by name, not as a typo).
+const NOT_YET: &[&str] = &[
+    "token_ids",
+    "position_ids",
+    "conv_state",
+    "new_conv_state",
+    "sliding_mask",
+];
+
+/// The graphs of `plan.steps`: prefill (optional), decode, head, in that order.
+pub struct Steps {
+    pub prefill: Option<GraphRef>,
+    pub decode: GraphRef,
+    pub head: GraphRef,
+}
+
+/// Check `steps` and turn them into graph references; `bin` resolves a file name (with
+/// the JSON path for its error).
+pub fn resolve(
+    steps: &[RawStep],
+    bin: &dyn Fn(&str, &str) -> Result<PathBuf, String>,
+) -> Result<Steps, String> {
+    let roles: Vec<&str> = steps.iter().map(|s| s.role.as_str()).collect();
+    if !matches!(
+        roles.as_slice(),
+        ["decode", "head"] | ["prefill", "decode", "head"]
+    ) {
+        return Err(format!(
+            "plan.steps: roles are {roles:?}; schema_version 2 takes [\"prefill\",] \"decode\", \"head\" in that order"
+        ));
+    }
+    let mut refs = Vec::new();
+    for (k, s) in steps.iter().enumerate() {
+        let at = format!("plan.steps[{k}]");
+        let (srcs, sinks) = if s.role == "head" {
+            (HEAD_SOURCES, HEAD_SINKS)
+        } else {
+            (STACK_SOURCES, STACK_SINKS)
+        };
+        let mut io = BTreeMap::new();
+        io_map(&s.inputs, srcs, &format!("{at}.inputs"), &mut io)?;
+        io_map(&s.outputs, sinks, &format!("{at}.outputs"), &mut io)?;
+        // A prefill may start from an empty cache (no past inputs); everything else is
+        // required.
+        let optional: &[&str] = if s.role == "prefill" {
+            &["past_k", "past_v"]
+        } else {
+            &[]
+        };
+        for (kind, role, _) in srcs.iter().chain(sinks) {
+            if !io.contains_key(*role) && !optional.contains(role) {
+                let side = if srcs.iter().any(|(k, _, _)| k == kind) {
+                    "inputs"
+                } else {
+                    "outputs"
+                };
+                return Err(format!("{at}.{side}: no tensor is given the {kind:?} kind"));
+            }
+        }
+        if io.contains_key("past_k") != io.contains_key("past_v") {
+            return Err(format!(
+                "{at}.inputs: \"past_key\" and \"past_value\" come together"
+            ));
+        }
+        refs.push(GraphRef {
+            bin: bin(&s.bin, &format!("{at}.bin"))?,
+            graph: s.graph.clone(),
+            io,
+        });
+    }
+    let head = refs.pop().expect("three or two steps, checked above");
+    let decode = refs.pop().expect("checked above");
+    Ok(Steps {
+        prefill: refs.pop(),
+        decode,
+        head,
+    })
+}
+
+/// Tensor name → kind, as role → tensor name pattern, checking each kind is known, given
+/// once, and per layer exactly when its name holds `{i}`.
+fn io_map(
+    given: &BTreeMap<String, String>,
+    table: &[(&str, &str, bool)],
+    at: &str,
+    io: &mut BTreeMap<String, String>,
+) -> Result<(), String> {
+    for (name, kind) in given {
+        let Some(&(_, role, layered)) = table.iter().find(|(k, _, _)| k == kind) else {
+            let known: Vec<&str> = table.iter().map(|(k, _, _)| *k).collect();
+            return Err(if NOT_YET.contains(&kind.as_str()) {
+                format!(
+                    "{at}.{name}: {kind:?} is a plan kind this qhx does not feed on manifest bundles yet (it runs {known:?})"
+                )
+            } else {
+                format!("{at}.{name}: {kind:?} is not one of {known:?}")
+            });
+        };
+        if name.contains("{i}") != layered {
+            return Err(if layered {
+                format!("{at}.{name}: a {kind:?} tensor is per layer; its name needs `{{i}}` where the layer number goes")
+            } else {
+                format!("{at}.{name}: a {kind:?} tensor is not per layer; `{{i}}` has no meaning in its name")
+            });
+        }
+        if io.insert(role.to_string(), name.clone()).is_some() {
+            return Err(format!("{at}: two tensors are given the {kind:?} kind"));
+        }
+    }
+    Ok(())
+}
