@@ -2,7 +2,10 @@
 """Run every golden in tests/goldens/parity through the real qhx_generate binary.
 
     parity.py [--bin target/release/qhx_generate] [--emu target/release/libqnn_emu.so]
-              [--bundles target/bundles/parity] [--filter SUBSTR]
+              [--bundles target/bundles/parity] [--filter SUBSTR] [--extra-args "ARGS"]
+
+--extra-args adds flags to every run, e.g. "--spec lookup": f32 bundles must then still
+reproduce every gold token, and the run fails unless some case verified drafts.
 
 f32 I/O bundles must reproduce every gold token: the output_ids of the --json document must
 equal the gold ids (and --expect-tokens makes a failure print qhx_generate's own divergence
@@ -22,6 +25,7 @@ import argparse
 import glob
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -99,6 +103,10 @@ def weights_drift(man_path, g):
     return None
 
 
+# Verifies per speculative case (--extra-args "--spec ..."), to show speculation ran.
+VERIFIES: list = []
+
+
 def manifest(bundles, family, variant):
     d = os.path.join(bundles, f"{family}-{variant}")
     name = "smollm2.json" if family == "smollm2" else f"tiny_{family}.json"
@@ -106,7 +114,8 @@ def manifest(bundles, family, variant):
 
 
 def run(args, d, man, g, extra):
-    cmd = [args.bin, man, args.emu, args.emu, d, str(len(g["gold_ids"])), g["prompt"], "--ignore-eos", *extra]
+    cmd = [args.bin, man, args.emu, args.emu, d, str(len(g["gold_ids"])), g["prompt"], "--ignore-eos",
+           *extra, *shlex.split(args.extra_args)]
     return subprocess.run(cmd, capture_output=True, text=True)
 
 
@@ -129,6 +138,11 @@ def check(args, g, variant, label):
             rep = [l for l in r.stderr.splitlines() if l.startswith("parity:")]
             return False, rep[-1] if rep else f"output_ids differ from the gold ids (exit {r.returncode})", 0, 0, False
         n = len(g["gold_ids"])
+        sp = out.get("spec")
+        if sp is not None:
+            VERIFIES.append(sp["verifies"])
+            return True, (f"{n}/{n} exact; {sp['verifies']} verifies, {sp['accepted']}/{sp['drafted']} "
+                          f"drafts kept, {sp['tokens_per_verify']:.2f} tokens per verify"), 0, 0, False
         return True, f"{n}/{n} exact", 0, 0, False
     # Teacher-forced: the gold ids are fed step by step and the model's own top-1 is
     # compared at every step, so one near-tie does not spoil the steps after it.
@@ -160,6 +174,7 @@ def main() -> int:
                     help="bundle dirs <family>-<variant> to run; the last '-' part is the I/O dtype; "
                          "'auto' = every <family>-* dir under --bundles")
     ap.add_argument("--cases", default="", help="comma list of golden cases (default: all)")
+    ap.add_argument("--extra-args", default="", help="flags added to every qhx_generate run")
     args = ap.parse_args()
     goldens = sorted(glob.glob(os.path.join(ROOT, "tests/goldens/parity/*.json")))
     if not goldens:
@@ -206,6 +221,9 @@ def main() -> int:
             failed += 1
     if ties:
         print(f"f16 cases passed on an f16-resolution tie: {ties}")
+    if "--spec" in args.extra_args and not any(VERIFIES):
+        print("FAIL speculation never verified a draft (no multi-row step over the cache?)")
+        failed += 1
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 and passed > 0 else 1
 

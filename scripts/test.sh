@@ -144,7 +144,7 @@ ppassed=$((ppassed + cpassed))
 pfailed=$((pfailed + cfailed + (crc2 != 0 && cfailed == 0 ? 1 : 0)))
 [[ $crc2 -eq 0 ]] || prc=1
 
-echo "== bundle-shape matrix (prefill window/chunked/none x pos/head-major KV x f32/f16/ufixed16)" >&2
+echo "== bundle-shape matrix (prefill window/chunked/none x pos/head-major KV x f32/f16/ufixed16; SmolLM2 with --spec lookup)" >&2
 matrix=$(QHX_MATRIX=${QHX_MATRIX:-ci} scripts/build-matrix.sh)
 mlog=$tmp/matrix.log
 mrc=0
@@ -152,6 +152,9 @@ mrc=0
     python3 scripts/parity.py --bundles "$matrix" --variants auto --cases short
     python3 scripts/parity.py --bundles "$matrix" --variants auto --cases long300 --filter qwen2/
     python3 scripts/parity.py --bundles "$matrix" --variants auto --cases long300 --filter smollm2/long300/past
+    # Speculative decoding (prompt lookup, verified through the chunked prefill): every
+    # SmolLM2 golden still exact, and some drafts verified.
+    python3 scripts/parity.py --bundles "$matrix" --variants past-pos_major-f32 --filter smollm2/ --extra-args "--spec lookup"
 } | tee "$mlog" || mrc=$?
 mpassed=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$mlog" | awk '{s+=$1} END {print s+0}')
 mfailed=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$mlog" | awk '{s+=$3} END {print s+0}')

@@ -10,6 +10,7 @@ use crate::model::Model;
 use crate::plan::Plan;
 use crate::runner::{Clock, Runner};
 use crate::sampler;
+use crate::spec::{SpecConfig, SpecStats};
 use crate::stats::Stats;
 use serde::Serialize;
 use std::sync::Arc;
@@ -50,6 +51,8 @@ pub struct GenConfig {
     pub teacher: Option<Vec<u32>>,
     /// Checked between graph calls; a cancelled run ends with [`FinishReason::Cancelled`].
     pub cancel: crate::cancel::CancelToken,
+    /// Speculative decoding (greedy runs only; others run without it, output unchanged).
+    pub spec: Option<SpecConfig>,
 }
 
 impl GenConfig {
@@ -62,6 +65,7 @@ impl GenConfig {
             ignore_eos: false,
             teacher: None,
             cancel: Default::default(),
+            spec: None,
         }
     }
 }
@@ -105,6 +109,8 @@ pub struct Output {
     pub output_ids: Vec<u32>,
     pub finish: FinishReason,
     pub stats: Stats,
+    /// Speculation counts, when the run speculated.
+    pub spec: Option<SpecStats>,
 }
 
 impl Output {
@@ -263,6 +269,7 @@ impl Engine {
                 output_ids: Vec::new(),
                 finish: FinishReason::Cancelled,
                 stats,
+                spec: None,
             });
         }
         let mut tok = self.sample_logits(0, cfg)?;
@@ -270,24 +277,59 @@ impl Engine {
         stats.ttft_ms = tokenize_ms + stats.prefill_ms;
         let t1 = Instant::now();
         let mut out = Vec::new();
-        let finish = loop {
-            out.push(tok);
-            // A grammar's end is always the end (it allows nothing but the end token then).
-            let eos_ends = (!cfg.ignore_eos || self.constraint.is_some()) && cfg.teacher.is_none();
-            if eos_ends && self.eos.contains(&tok) {
-                break FinishReason::Eos;
+        let mut spec = cfg
+            .spec
+            .as_ref()
+            .filter(|_| self.speculates(cfg))
+            .map(|c| (c, SpecStats::new(c)));
+        // A verify emits the tokens it yields itself; the plain path's pick is emitted here.
+        let mut emitted = false;
+        let finish = 'run: loop {
+            if !emitted {
+                if let Some(r) = self.emit(tok, &mut out, cfg, &mut on_token, self.run.pos())? {
+                    break r;
+                }
             }
-            if let Next::Stop(r) = on_token(tok)? {
-                break r;
-            }
-            if out.len() >= cfg.n_tokens {
-                break FinishReason::Length;
-            }
-            if self.run.pos() >= self.max_ctx {
-                break FinishReason::CtxFull;
-            }
-            if cfg.cancel.is_cancelled() {
-                break FinishReason::Cancelled;
+            emitted = false;
+            if let Some((sc, st)) = spec.as_mut() {
+                // Drafts beyond what is still wanted would only be undone.
+                let room = cfg.n_tokens - out.len();
+                let mut d = crate::spec::lookup(&self.history, sc, sc.draft_max.min(room - 1));
+                while !d.is_empty() && !self.run.verifies(d.len() + 1) {
+                    d.pop();
+                }
+                if !d.is_empty() && d.len() >= sc.draft_min {
+                    let p = self.run.pos();
+                    let mut chunk = Vec::with_capacity(d.len() + 1);
+                    chunk.push(tok);
+                    chunk.extend_from_slice(&d);
+                    self.run.feed(&chunk, &|| false, None)?;
+                    st.verifies += 1;
+                    st.drafted += d.len();
+                    // Row j holds the model's pick after `tok` and the first j drafts; the
+                    // pick is the next token whatever the draft said, so output is unchanged.
+                    for j in 0..=d.len() {
+                        let a = self.greedy_row(j, out.len())?;
+                        st.verify_tokens += 1;
+                        let kept = j < d.len() && a == d[j];
+                        st.accepted += usize::from(kept);
+                        // Fed so far, as without speculation: `tok` and the first j drafts.
+                        let fed = p + 1 + j;
+                        if let Some(r) = self.emit(a, &mut out, cfg, &mut on_token, fed)? {
+                            let _ = self.run.rewind(fed);
+                            break 'run r;
+                        }
+                        if !kept {
+                            // Rows after a rejected draft: position and mask slots only.
+                            let _ = self.run.rewind(fed);
+                            tok = a;
+                            emitted = true;
+                            break;
+                        }
+                    }
+                    continue;
+                }
+                st.plain += 1;
             }
             let fed = cfg
                 .teacher
@@ -315,7 +357,63 @@ impl Engine {
             output_ids: out,
             finish,
             stats,
+            spec: spec.map(|(_, mut st)| {
+                st.finish();
+                st
+            }),
         })
+    }
+
+    /// Speculation keeps output unchanged for plain greedy picks; anything that reads the
+    /// history per token or changes what is fed (penalties, a grammar, teacher forcing,
+    /// sampling, `--allow-nonfinite`) runs without it.
+    fn speculates(&self, cfg: &GenConfig) -> bool {
+        let s = self.sampler.config();
+        s.is_greedy()
+            && s.repeat_penalty == 1.0
+            && self.constraint.is_none()
+            && cfg.teacher.is_none()
+            && !cfg.allow_nonfinite
+    }
+
+    /// Take a generated token: the end checks of every step, in the order the plain loop
+    /// has them. `fed` is how many tokens sit in the cache before `tok` would be fed.
+    fn emit(
+        &self,
+        tok: u32,
+        out: &mut Vec<u32>,
+        cfg: &GenConfig,
+        on_token: &mut impl FnMut(u32) -> Result<Next>,
+        fed: usize,
+    ) -> Result<Option<FinishReason>> {
+        out.push(tok);
+        // A grammar's end is always the end (it allows nothing but the end token then).
+        let eos_ends = (!cfg.ignore_eos || self.constraint.is_some()) && cfg.teacher.is_none();
+        if eos_ends && self.eos.contains(&tok) {
+            return Ok(Some(FinishReason::Eos));
+        }
+        if let Next::Stop(r) = on_token(tok)? {
+            return Ok(Some(r));
+        }
+        if out.len() >= cfg.n_tokens {
+            return Ok(Some(FinishReason::Length));
+        }
+        if fed >= self.max_ctx {
+            return Ok(Some(FinishReason::CtxFull));
+        }
+        if cfg.cancel.is_cancelled() {
+            return Ok(Some(FinishReason::Cancelled));
+        }
+        Ok(None)
+    }
+
+    /// The greedy pick from row `j` of the last execute (a verify), checked finite.
+    fn greedy_row(&mut self, j: usize, step: usize) -> Result<u32> {
+        let view = self.run.row_logits(j)?;
+        view.read_f32(0, &mut self.logits);
+        let tok = sampler::argmax_checked(&self.logits).map_err(|_| self.nonfinite_logits(step))?;
+        self.history.push(tok);
+        Ok(tok)
     }
 
     /// Read the last token's logits (running the head graph when the plan has one) and

@@ -30,6 +30,7 @@ pub mod qnn;
 pub mod reasoning;
 pub mod runner;
 pub mod sampler;
+pub mod spec;
 pub mod stats;
 pub mod stop;
 pub mod text;

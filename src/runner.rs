@@ -207,6 +207,24 @@ impl Runner {
         Ok(true)
     }
 
+    /// Whether `n` tokens fed now run as one execute whose every row's logits can be read
+    /// ([`Runner::row_logits`]): a verify of `n - 1` drafted tokens after the last pick.
+    pub fn verifies(&self, n: usize) -> bool {
+        let plan = &self.plan;
+        if n < 2 || self.pos + n > plan.max_ctx {
+            return false;
+        }
+        let Some(s) = (0..plan.steps.len()).find(|&s| plan.steps[s].admits(self.pos, n)) else {
+            return false;
+        };
+        plan.steps[s].rows >= n
+            && match self.result[s].2 {
+                Sink::Hidden => self.head.is_some(),
+                Sink::Logits { rows } => rows >= n,
+                _ => false,
+            }
+    }
+
     /// One execute of step `s` over `chunk` (at most its rows) at `self.pos`.
     fn execute(
         &mut self,

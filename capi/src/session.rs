@@ -386,6 +386,8 @@ impl SessionHandle {
             ignore_eos: false,
             teacher: None,
             cancel,
+            // The C API has no speculation option yet.
+            spec: None,
         };
         let grammar = match req.grammar {
             Some(spec) => Some((m.vocab()?, spec)),

@@ -161,12 +161,21 @@ fn run(args: Args, cancel: CancelToken) -> Result<ExitCode> {
                 if let Some(t) = &req.tools {
                     doc["tool_calls"] = serde_json::json!(t.parse_calls(&turn.saved));
                 }
+                if let Some(sp) = &turn.output.spec {
+                    doc["spec"] = serde_json::json!(sp);
+                }
                 writeln!(out, "{doc}")?;
                 out.flush()?;
             }
             if !req.quiet {
+                let spec = turn.output.spec.as_ref().map_or(String::new(), |sp| {
+                    format!(
+                        " tokens_per_verify={:.2} decode_executes_per_token={:.2}",
+                        sp.tokens_per_verify, sp.decode_executes_per_token
+                    )
+                });
                 qhx::elog!(
-                    "{} finish={}",
+                    "{}{spec} finish={}",
                     turn.output.stats.line(),
                     turn.finish.as_str()
                 );

@@ -75,6 +75,20 @@ pub struct Args {
     /// Keep generating past end-of-sequence tokens.
     #[arg(long)]
     pub ignore_eos: bool,
+    /// Speculative decoding. `lookup`: draft the tokens that followed the latest earlier
+    /// occurrence of the text's last words (prompt lookup) and verify them in one execute
+    /// of a step that takes several rows over the cache (a chunked prefill, a Genie AR-N
+    /// variant). Greedy output is unchanged; sampled runs run without it.
+    #[arg(long, value_name = "lookup", value_parser = parse_spec, conflicts_with = "bench")]
+    pub spec: Option<crate::spec::DraftKind>,
+    /// Most drafted tokens per verify (--spec) [default: 8; the verify step's rows less one
+    /// bound it too].
+    #[arg(long, value_name = "N", requires = "spec", value_parser = parse_n_tokens)]
+    pub draft_max: Option<usize>,
+    /// Fewest drafted tokens worth a verify; fewer run as a plain decode step (--spec)
+    /// [default: 1].
+    #[arg(long, value_name = "N", requires = "spec", value_parser = parse_n_tokens)]
+    pub draft_min: Option<usize>,
     /// Parity mode: greedy-generate as many tokens as given and exit 3 at the first
     /// divergence. Takes a comma list of ids, or a JSON file (an array, or an object with
     /// `gold_ids` / `gold_ids_prefix` / `output_ids`).
@@ -202,6 +216,13 @@ fn parse_list(s: &str) -> std::result::Result<usize, String> {
         .map_err(|_| format!("{s:?} is not a whole number of tokens"))
 }
 
+fn parse_spec(s: &str) -> std::result::Result<crate::spec::DraftKind, String> {
+    match s {
+        "lookup" => Ok(crate::spec::DraftKind::Lookup),
+        _ => Err(format!("--spec {s:?}: expected lookup")),
+    }
+}
+
 pub fn parse_n_tokens(s: &str) -> std::result::Result<usize, String> {
     let n: i64 = s.trim().parse().map_err(|e: std::num::ParseIntError| {
         use std::num::IntErrorKind::{NegOverflow, PosOverflow};
@@ -275,6 +296,8 @@ pub struct Request {
     pub verbose_prompt: bool,
     pub allow_nonfinite: bool,
     pub ignore_eos: bool,
+    /// `--spec`: speculative decoding settings.
+    pub spec: Option<crate::spec::SpecConfig>,
     /// Structured output: the grammar or schema, with the tokenizer's vocabulary read for it.
     pub grammar: Option<(std::sync::Arc<crate::grammar::Vocab>, crate::grammar::Spec)>,
     /// `--tools`: offered through the chat template; `--json` reports the parsed calls.
@@ -610,6 +633,28 @@ impl Request {
             }
             _ => false,
         };
+        let spec = args.spec.map(|kind| {
+            let d = crate::spec::SpecConfig::lookup();
+            crate::spec::SpecConfig {
+                kind,
+                draft_max: args.draft_max.unwrap_or(d.draft_max),
+                draft_min: args.draft_min.unwrap_or(d.draft_min),
+                ..d
+            }
+        });
+        if let Some(sp) = &spec {
+            if sp.draft_min > sp.draft_max {
+                bail!(usage(format!(
+                    "--draft-min {} is more than --draft-max {}",
+                    sp.draft_min, sp.draft_max
+                )));
+            }
+            if !sampler.is_greedy() || sampler.repeat_penalty != 1.0 || grammar.is_some() {
+                notes.push(
+                    "warning: --spec speculates on plain greedy runs only; this run samples, penalises repeats or follows a grammar, so it runs without speculation".into(),
+                );
+            }
+        }
         let prompt = if let Some(f) = &args.tokens_in {
             Prompt::Ids(read_tokens_in(f, bundle.vocab())?)
         } else if chat && !args.interactive {
@@ -710,6 +755,7 @@ impl Request {
             verbose_prompt: args.verbose_prompt,
             allow_nonfinite: args.allow_nonfinite,
             ignore_eos: args.ignore_eos,
+            spec,
             grammar,
             tools,
             cancel,
@@ -831,6 +877,7 @@ impl Request {
             },
             teacher: teacher.clone(),
             cancel: self.cancel.clone(),
+            spec: self.spec.clone(),
         };
         Ok((cfg, wanted))
     }
@@ -844,6 +891,7 @@ impl Request {
             sampler: self.sampler.clone(),
             teacher: None,
             cancel: self.cancel.clone(),
+            spec: self.spec.clone(),
         }
     }
 }

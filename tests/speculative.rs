@@ -1,0 +1,187 @@
+//! Speculative decoding (`--spec lookup`) through the real binary on the emulator: greedy
+//! output, the finish reason and the kept cache are those of the plain run, whatever ends
+//! the run (length inside a verify, a stop string, an end token, a full context, a later
+//! `-i` turn), on manifest bundles with a chunked prefill and on Genie bundles. A bundle
+//! with no multi-row step over the cache runs plain decode.
+
+mod common;
+
+use common::*;
+use qnn_emu::writer::{write_genie_bundle, SynthSpec};
+use serde_json::Value;
+use std::path::Path;
+
+const PROMPTS: [&str; 3] = [
+    "abc abc abc abc abc",
+    "the cat sat on the mat; the cat sat on the",
+    "x = 1\ny = 2\nx = 1\ny =",
+];
+
+fn run(m: &Path, d: &Path, n: &str, prompt: &str, extra: &[&str]) -> Value {
+    let o = generate(m, d, n, prompt, &[&["--json"], extra].concat(), &[]);
+    assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+    json(&o)
+}
+
+/// The plain and the speculative run of one prompt: same ids, text and finish. Returns
+/// the speculative run's `"spec"` counts. `spec_extra` goes to the speculative run only.
+fn same_with(
+    m: &Path,
+    d: &Path,
+    n: &str,
+    prompt: &str,
+    extra: &[&str],
+    spec_extra: &[&str],
+) -> Value {
+    let plain = run(m, d, n, prompt, extra);
+    let spec = run(
+        m,
+        d,
+        n,
+        prompt,
+        &[extra, &["--spec", "lookup"], spec_extra].concat(),
+    );
+    for k in ["output_ids", "text", "finish_reason"] {
+        assert_eq!(plain[k], spec[k], "{k} differs for {prompt:?} {extra:?}");
+    }
+    assert!(plain.get("spec").is_none());
+    spec["spec"].clone()
+}
+
+fn same(m: &Path, d: &Path, n: &str, prompt: &str, extra: &[&str]) -> Value {
+    same_with(m, d, n, prompt, extra, &[])
+}
+
+fn chunked() -> SynthSpec {
+    SynthSpec {
+        prefill_past: true,
+        ..SynthSpec::default()
+    }
+}
+
+#[test]
+fn greedy_output_is_unchanged_and_drafts_are_verified() {
+    for (tag, spec, multi_row) in [
+        ("spec-chunked-f32", chunked(), true),
+        (
+            "spec-chunked-f16-shared-hm",
+            SynthSpec {
+                io: "f16".into(),
+                shared: true,
+                head_major: true,
+                ..chunked()
+            },
+            true,
+        ),
+        // A prefill window starts only from an empty cache: nothing can verify.
+        ("spec-window", SynthSpec::default(), false),
+    ] {
+        let (d, m) = bundle(tag, &spec);
+        let (mut verifies, mut accepted) = (0, 0);
+        for p in PROMPTS {
+            for draft in [&[][..], &["--draft-max", "2"]] {
+                let s = same_with(&m, &d, "48", p, &["--ignore-eos"], draft);
+                assert_eq!(s["type"], "lookup");
+                verifies += s["verifies"].as_u64().unwrap();
+                accepted += s["accepted"].as_u64().unwrap();
+                let per = s["decode_executes_per_token"].as_f64().unwrap();
+                assert!(per > 0.0 && per <= 1.0, "{tag}: {s}");
+            }
+        }
+        if multi_row {
+            assert!(
+                verifies > 0 && accepted > 0,
+                "{tag}: {verifies} verifies, {accepted} kept"
+            );
+        } else {
+            assert_eq!(verifies, 0, "{tag}");
+        }
+    }
+}
+
+#[test]
+fn every_way_a_run_ends_is_the_plain_runs() {
+    let (d, m) = bundle("spec-ends", &chunked());
+    let p = PROMPTS[1];
+    // Length: every n, so some end inside a verify.
+    for n in 1..=12 {
+        same(&m, &d, &n.to_string(), p, &["--ignore-eos"]);
+    }
+    let full = run(&m, &d, "40", p, &["--ignore-eos"]);
+    let text = full["text"].as_str().unwrap().to_string();
+    let out = ids(&full, "output_ids");
+    // A stop string from the middle of the plain output.
+    let stop: String = text
+        .chars()
+        .skip(text.chars().count() / 2)
+        .take(3)
+        .collect();
+    let s = same(&m, &d, "40", p, &["--ignore-eos", "-r", &stop]);
+    assert!(s["verifies"].as_u64().unwrap() > 0, "{s}");
+    // An end token: one the plain run generates at step 20 becomes the bundle's EOS.
+    let eos = out[20] as u32;
+    let (d2, m2) = bundle("spec-eos", &SynthSpec { eos, ..chunked() });
+    same(&m2, &d2, "40", p, &[]);
+    // A full context (64 positions): verifies while a 16-row chunk fits, then plain steps.
+    let long = PROMPTS[0];
+    let r = same(&m, &d, "100", long, &["--ignore-eos"]);
+    assert!(r["verifies"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(
+        run(&m, &d, "100", long, &["--ignore-eos"])["finish_reason"],
+        "ctx_full"
+    );
+}
+
+/// `-i` keeps the cache between turns: after speculative turns it must hold exactly what
+/// plain turns leave, or the next turn's reply differs.
+#[test]
+fn interactive_turns_continue_as_without_speculation() {
+    let (d, m) = bundle("spec-repl", &chunked());
+    std::fs::write(
+        d.join("tokenizer_config.json"),
+        r#"{"chat_template": "{% for m in messages %}{{ m['content'] }}; {% endfor %}"}"#,
+    )
+    .unwrap();
+    let turns = "abc abc abc\nthe cat sat on the mat\nabc abc\n";
+    let reply = |extra: &[&str]| {
+        let mut c = generate_command(
+            &m,
+            &d,
+            "16",
+            "",
+            &[&["-i", "--ignore-eos"], extra].concat(),
+            &[],
+        );
+        c.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(turns.as_bytes())
+            .unwrap();
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        stdout(&o)
+    };
+    let plain = reply(&[]);
+    assert_eq!(plain.lines().count(), 3, "{plain:?}");
+    assert_eq!(reply(&["--spec", "lookup"]), plain);
+}
+
+/// A Genie bundle's AR-4 variant verifies up to three drafts per execute (its logits come
+/// per row); output equals the plain run's.
+#[test]
+fn genie_bundle_speculates_with_unchanged_output() {
+    let d = tmp("spec-genie");
+    let cfg = write_genie_bundle(&d, &SynthSpec::default(), &[4, 1]).unwrap();
+    let mut verifies = 0;
+    for p in PROMPTS {
+        let s = same(&cfg, &d, "32", p, &["--ignore-eos"]);
+        verifies += s["verifies"].as_u64().unwrap();
+    }
+    assert!(verifies > 0);
+}
