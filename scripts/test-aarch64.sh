@@ -42,6 +42,7 @@ declare -A cannot=(
     [stop_string_from_a_golden_ends_the_run_and_is_not_printed]="two 32-token SmolLM2 runs (~140 s under qemu); stop strings on aarch64 are checked by cli_regressions::stop_strings_work_in_interactive_mode and the stop unit tests"
     [every_output_validates_against_its_schema_greedy_and_sampled]="forty SmolLM2 runs of up to 160 tokens (over an hour under qemu at ~4 s a token); the grammar path on aarch64 is checked by a_gbnf_grammar_on_the_command_line_shapes_the_output (llguidance constraining a SmolLM2 run) and grammar_rollback_restores_the_earlier_allowed_sets (a JSON schema over the full SmolLM2 vocabulary)"
     [tool_calls_are_parsed_and_match_the_spec]="three SmolLM2 runs with ~180-token tool prompts (several minutes under qemu); tool parsing is checked by the tools unit tests and the grammar path by the two structured-output tests named above"
+    [sampled_output_keeps_its_distribution]="4,000 seeded three-token runs on the emulator (~1 min natively, far longer under qemu); the acceptance rule it relies on is checked on aarch64 by sampler::tests::accepting_drafts_keeps_the_distribution (20,000 draws per draft, chi-square) and greedy speculation by the other speculative tests"
     [streamed_text_starts_with_paris_and_stats_go_to_stderr]="the same SmolLM2 prompt as the demo above (~70 s under qemu), which checks the aarch64 ids; stream separation is checked by output_streams and generate_tiny"
 )
 

@@ -213,10 +213,10 @@ impl Engine {
     /// Forget cached positions from `pos` on; the next step fills slot `pos`. Rewinding to
     /// 0 is [`Engine::reset`].
     pub fn rewind(&mut self, pos: usize) {
-        if pos >= self.run.pos() {
-            return;
+        if pos < self.run.pos() {
+            let _ = self.run.rewind(pos);
         }
-        let _ = self.run.rewind(pos);
+        // Also the last pick of a finished run, which was never fed.
         self.history.truncate(pos);
     }
 
@@ -256,6 +256,9 @@ impl Engine {
         if self.sampler.config() != &cfg.sampler {
             self.sampler = crate::sampler::Sampler::new(cfg.sampler.clone());
         }
+        // The history is what the cache holds plus what is fed now: a finished run's last
+        // pick was never fed (a caller that wants it feeds it again).
+        self.history.truncate(pos);
         self.history.extend_from_slice(ids);
         let t0 = Instant::now();
         let cancel = &cfg.cancel;
@@ -306,12 +309,12 @@ impl Engine {
                     self.run.feed(&chunk, &|| false, None)?;
                     st.verifies += 1;
                     st.drafted += d.len();
-                    // Row j holds the model's pick after `tok` and the first j drafts; the
-                    // pick is the next token whatever the draft said, so output is unchanged.
+                    // Row j holds the model's distribution after `tok` and the first j drafts:
+                    // greedy, its pick is the next token whatever the draft said; sampled,
+                    // the draft is kept with its probability, else the residual is drawn.
                     for j in 0..=d.len() {
-                        let a = self.greedy_row(j, out.len())?;
+                        let (a, kept) = self.pick_row(j, d.get(j).copied(), out.len())?;
                         st.verify_tokens += 1;
-                        let kept = j < d.len() && a == d[j];
                         st.accepted += usize::from(kept);
                         // Fed so far, as without speculation: `tok` and the first j drafts.
                         let fed = p + 1 + j;
@@ -364,16 +367,11 @@ impl Engine {
         })
     }
 
-    /// Speculation keeps output unchanged for plain greedy picks; anything that reads the
-    /// history per token or changes what is fed (penalties, a grammar, teacher forcing,
-    /// sampling, `--allow-nonfinite`) runs without it.
+    /// Speculation keeps greedy output unchanged and sampled output distributed as
+    /// without it; a grammar (its state follows each pick), teacher forcing (it changes
+    /// what is fed) and `--allow-nonfinite` run without it.
     fn speculates(&self, cfg: &GenConfig) -> bool {
-        let s = self.sampler.config();
-        s.is_greedy()
-            && s.repeat_penalty == 1.0
-            && self.constraint.is_none()
-            && cfg.teacher.is_none()
-            && !cfg.allow_nonfinite
+        self.constraint.is_none() && cfg.teacher.is_none() && !cfg.allow_nonfinite
     }
 
     /// Take a generated token: the end checks of every step, in the order the plain loop
@@ -407,13 +405,29 @@ impl Engine {
         Ok(None)
     }
 
-    /// The greedy pick from row `j` of the last execute (a verify), checked finite.
-    fn greedy_row(&mut self, j: usize, step: usize) -> Result<u32> {
+    /// The pick from row `j` of the last execute (a verify), checked finite, and whether
+    /// it keeps `draft`: greedy, the argmax (kept when it is the draft); sampled, the
+    /// chain's acceptance of the draft or, past the drafts, a plain draw.
+    fn pick_row(&mut self, j: usize, draft: Option<u32>, step: usize) -> Result<(u32, bool)> {
         let view = self.run.row_logits(j)?;
         view.read_f32(0, &mut self.logits);
-        let tok = sampler::argmax_checked(&self.logits).map_err(|_| self.nonfinite_logits(step))?;
-        self.history.push(tok);
-        Ok(tok)
+        let c = self.sampler.config();
+        let picked = if c.is_greedy() && c.repeat_penalty == 1.0 {
+            let t =
+                sampler::argmax_checked(&self.logits).map_err(|_| self.nonfinite_logits(step))?;
+            (t, draft == Some(t))
+        } else {
+            if sampler::first_non_finite(&self.logits).is_some() {
+                return Err(self.nonfinite_logits(step));
+            }
+            self.sampler.apply(&mut self.logits, &self.history);
+            match draft {
+                Some(d) => self.sampler.accept_or_resample(d),
+                None => (self.sampler.select(), false),
+            }
+        };
+        self.history.push(picked.0);
+        Ok(picked)
     }
 
     /// Read the last token's logits (running the head graph when the plan has one) and

@@ -433,6 +433,38 @@ impl Sampler {
         kept[self.keep - 1].0
     }
 
+    /// Speculative acceptance of `draft`, a token proposed with certainty (a lookup
+    /// draft: q(draft) = 1): kept with the probability p(draft) the chain gives it, else a
+    /// draw from the kept candidates without it (the residual max(0, p - q), renormalised).
+    /// Either way the token returned is distributed exactly as [`Sampler::select`]'s
+    /// (Leviathan et al. 2023); the flag says whether the draft was kept.
+    pub fn accept_or_resample(&mut self, draft: u32) -> (u32, bool) {
+        if let Some(id) = self.forced {
+            return (id, id == draft);
+        }
+        let kept = &self.cand[..self.keep];
+        let w = kept
+            .iter()
+            .find(|c| c.0 == draft)
+            .map_or(0.0, |c| c.1 as f64);
+        if self.rng.random::<f64>() * self.total < w {
+            return (draft, true);
+        }
+        let rest = self.total - w;
+        let mut r = self.rng.random::<f64>() * rest;
+        let mut last = None;
+        for c in kept.iter().filter(|c| c.0 != draft) {
+            r -= c.1 as f64;
+            last = Some(c.0);
+            if r <= 0.0 {
+                return (c.0, false);
+            }
+        }
+        // Rounding left a sliver: the last candidate (the draft only when it was the
+        // only candidate, which a probability-1 draft never reaches).
+        (last.unwrap_or(draft), false)
+    }
+
     fn penalize(&mut self, logits: &mut [f32], history: &[u32]) {
         let n = self.cfg.repeat_last_n;
         if n == 0 {
@@ -492,6 +524,87 @@ pub fn top_candidates(logits: &[f32], k: usize, out: &mut Vec<(u32, f32)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Pearson's chi-square of `counts` against probabilities `p` (categories with an
+    /// expected count under 5 pooled), and the critical value at alpha = 0.001 for its
+    /// degrees of freedom (Wilson-Hilferty).
+    pub(crate) fn chi_square(counts: &[u64], p: &[f64]) -> (f64, f64) {
+        let n: u64 = counts.iter().sum();
+        let (mut stat, mut df, mut pooled_o, mut pooled_e) = (0.0, 0usize, 0.0, 0.0);
+        for (&o, &pi) in counts.iter().zip(p) {
+            let e = pi * n as f64;
+            if e < 5.0 {
+                pooled_o += o as f64;
+                pooled_e += e;
+            } else {
+                stat += (o as f64 - e).powi(2) / e;
+                df += 1;
+            }
+        }
+        if pooled_e > 0.0 {
+            stat += (pooled_o - pooled_e).powi(2) / pooled_e.max(1e-9);
+            df += 1;
+        }
+        let k = (df - 1).max(1) as f64;
+        let z = 3.09;
+        let crit = k * (1.0 - 2.0 / (9.0 * k) + z * (2.0 / (9.0 * k)).sqrt()).powi(3);
+        (stat, crit)
+    }
+
+    /// Speculative acceptance leaves the sampled distribution as it was: 20,000 seeded
+    /// draws with a draft that the chain likes, one it keeps but dislikes, and one top-k
+    /// drops, each within the chi-square bound of the chain's own probabilities; the usual
+    /// mistake (resampling from p, the draft included, after a rejection) fails it.
+    #[test]
+    fn accepting_drafts_keeps_the_distribution() {
+        let logits = [2.0f32, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, 3.0];
+        let cfg = SamplerConfig {
+            temp: 0.9,
+            top_k: 6,
+            seed: Some(5),
+            ..SamplerConfig::default()
+        };
+        let n = 20_000;
+        for draft in [7u32, 3, 6] {
+            let mut s = Sampler::new(cfg.clone());
+            let mut l = logits;
+            s.apply(&mut l, &[]);
+            let mut p = vec![0.0f64; logits.len()];
+            for &(id, pr) in s.candidates() {
+                p[id as usize] = pr as f64;
+            }
+            let (mut good, mut broken) = (vec![0u64; 8], vec![0u64; 8]);
+            let mut kept = 0;
+            for _ in 0..n {
+                let (t, k) = s.accept_or_resample(draft);
+                good[t as usize] += 1;
+                kept += usize::from(k);
+                let (t, k) = s.accept_or_resample(draft);
+                let t = if k { t } else { s.select() };
+                broken[t as usize] += 1;
+            }
+            let (stat, crit) = chi_square(&good, &p);
+            assert!(
+                stat < crit,
+                "draft {draft}: chi2 {stat:.1} >= {crit:.1}, {good:?} vs {p:?}"
+            );
+            let (bad, crit) = chi_square(&broken, &p);
+            if p[draft as usize] > 0.0 {
+                assert!(
+                    bad > crit,
+                    "draft {draft}: the broken rule passed ({bad:.1} < {crit:.1})"
+                );
+                let rate = kept as f64 / n as f64;
+                assert!(
+                    (rate - p[draft as usize]).abs() < 0.02,
+                    "kept {rate} vs p {}",
+                    p[draft as usize]
+                );
+            } else {
+                assert_eq!(kept, 0, "a draft outside the candidates is never kept");
+            }
+        }
+    }
 
     #[test]
     fn argmax_prefers_lower_id_on_ties() {

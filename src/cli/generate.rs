@@ -78,7 +78,7 @@ pub struct Args {
     /// Speculative decoding. `lookup`: draft the tokens that followed the latest earlier
     /// occurrence of the text's last words (prompt lookup) and verify them in one execute
     /// of a step that takes several rows over the cache (a chunked prefill, a Genie AR-N
-    /// variant). Greedy output is unchanged; sampled runs run without it.
+    /// variant). Greedy output is unchanged; sampled output keeps its distribution.
     #[arg(long, value_name = "lookup", value_parser = parse_spec, conflicts_with = "bench")]
     pub spec: Option<crate::spec::DraftKind>,
     /// Most drafted tokens per verify (--spec) [default: 8; the verify step's rows less one
@@ -649,9 +649,9 @@ impl Request {
                     sp.draft_min, sp.draft_max
                 )));
             }
-            if !sampler.is_greedy() || sampler.repeat_penalty != 1.0 || grammar.is_some() {
+            if grammar.is_some() {
                 notes.push(
-                    "warning: --spec speculates on plain greedy runs only; this run samples, penalises repeats or follows a grammar, so it runs without speculation".into(),
+                    "warning: --spec does not speculate under a grammar (its state follows each pick); this run decodes plainly".into(),
                 );
             }
         }
