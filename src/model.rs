@@ -307,16 +307,7 @@ impl Model {
         }
         let (rt, rpcmem_note, warnings, contexts, context_ms) = stage2?;
         progress("graphs");
-        let graph = |r: &GraphRef, role| load_graph(&contexts, r, role);
-        let graphs = plan::manifest::Graphs {
-            prefill: m
-                .prefill
-                .as_ref()
-                .map(|r| graph(r, GraphRole::Prefill))
-                .transpose()?,
-            decode: graph(&m.decode, GraphRole::Decode)?,
-            lmhead: graph(&m.lmhead, GraphRole::LmHead)?,
-        };
+        let graphs = plan::manifest::Graphs::pick(&m, |r, role| load_graph(&contexts, r, role))?;
         let plan = plan::manifest::resolve(&m, graphs, Some(embed))?;
         let max_ctx = plan.max_ctx;
         let eos = end_tokens(&m, &tokenizer);
@@ -463,18 +454,9 @@ fn read_infos(m: &Manifest, sys: &qnn::SystemLibrary) -> Result<HashMap<PathBuf,
 /// (or the role guess), dtypes, the layer I/O contract and the lm-head's shape — the plan
 /// resolved without graph handles.
 fn check_graphs(m: &Manifest, infos: &HashMap<PathBuf, BinaryInfo>) -> Result<()> {
-    let desc = |r: &GraphRef, role: GraphRole| -> Result<((), GraphDesc)> {
+    let graphs = plan::manifest::Graphs::pick(m, |r, role| {
         Ok(((), pick_graph(&infos[&r.bin], r, role)?.clone()))
-    };
-    let graphs = plan::manifest::Graphs {
-        prefill: m
-            .prefill
-            .as_ref()
-            .map(|r| desc(r, GraphRole::Prefill))
-            .transpose()?,
-        decode: desc(&m.decode, GraphRole::Decode)?,
-        lmhead: desc(&m.lmhead, GraphRole::LmHead)?,
-    };
+    })?;
     plan::manifest::resolve(m, graphs, None).map(drop)
 }
 

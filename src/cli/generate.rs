@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
                   With --bench, -p/-n/-r mean --pp/--tg/--repetitions, as in llama-bench."
 )]
 pub struct Args {
-    /// Bundle manifest (JSON, schema_version 1).
+    /// Bundle description: a qhx manifest (schema_version 1 or 2) or a genie_config.json.
     pub manifest: PathBuf,
     /// QNN backend library (libQnnHtp.so / QnnHtp.dll).
     pub backend_lib: PathBuf,

@@ -10,6 +10,7 @@ use super::{
 use crate::error::{Error, Result};
 use crate::kv::KvShape;
 use crate::manifest::{GraphRef, Manifest};
+use crate::model::GraphRole;
 use crate::ops::embed::EmbedTable;
 use crate::qnn::{GraphDesc, TensorDesc};
 
@@ -18,6 +19,25 @@ pub struct Graphs<G> {
     pub prefill: Option<(G, GraphDesc)>,
     pub decode: (G, GraphDesc),
     pub lmhead: (G, GraphDesc),
+}
+
+impl<G> Graphs<G> {
+    /// The graph of each role the manifest names, each found by `find` (a loaded graph,
+    /// or metadata alone).
+    pub fn pick(
+        m: &Manifest,
+        mut find: impl FnMut(&GraphRef, GraphRole) -> Result<(G, GraphDesc)>,
+    ) -> Result<Graphs<G>> {
+        Ok(Graphs {
+            prefill: m
+                .prefill
+                .as_ref()
+                .map(|r| find(r, GraphRole::Prefill))
+                .transpose()?,
+            decode: find(&m.decode, GraphRole::Decode)?,
+            lmhead: find(&m.lmhead, GraphRole::LmHead)?,
+        })
+    }
 }
 
 /// Resolve and check a manifest bundle's graphs against its params.
