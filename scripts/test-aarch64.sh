@@ -43,6 +43,7 @@ declare -A cannot=(
     [every_output_validates_against_its_schema_greedy_and_sampled]="forty SmolLM2 runs of up to 160 tokens (over an hour under qemu at ~4 s a token); the grammar path on aarch64 is checked by a_gbnf_grammar_on_the_command_line_shapes_the_output (llguidance constraining a SmolLM2 run) and grammar_rollback_restores_the_earlier_allowed_sets (a JSON schema over the full SmolLM2 vocabulary)"
     [tool_calls_are_parsed_and_match_the_spec]="three SmolLM2 runs with ~180-token tool prompts (several minutes under qemu); tool parsing is checked by the tools unit tests and the grammar path by the two structured-output tests named above"
     [sampled_output_keeps_its_distribution]="4,000 seeded three-token runs on the emulator (~1 min natively, far longer under qemu); the acceptance rule it relies on is checked on aarch64 by sampler::tests::accepting_drafts_keeps_the_distribution (20,000 draws per draft, chi-square) and greedy speculation by the other speculative tests"
+    [smollm2_as_schema_2_answers_as_schema_1]="two SmolLM2 runs of the demo prompt (~200 s under qemu); the schema 2 plan on aarch64 is checked by schema_2_runs_every_bundle_shape_as_schema_1_does (four bundle shapes, ids equal schema 1's) and the SmolLM2 ids by the demo above"
     [streamed_text_starts_with_paris_and_stats_go_to_stderr]="the same SmolLM2 prompt as the demo above (~70 s under qemu), which checks the aarch64 ids; stream separation is checked by output_streams and generate_tiny"
 )
 
@@ -80,17 +81,17 @@ export QHX_SMOLLM2_BUNDLE=$bundle
 export QHX_PARITY_BUNDLES="$PWD/$(scripts/build-parity.sh)"
 
 stamp "x86_64 reference build (release; a no-op after scripts/test.sh)"
-cargo build --release --workspace --quiet
+cargo build --release --workspace --lib --bins --tests --quiet
 
 stamp "cross-build ($profile, $triple, $tdir)"
 cross=(--workspace --target "$triple" --target-dir "$tdir" --profile "$profile")
-# The emulator cdylib beside the binaries (tests/common::emu); `cargo test --no-run` builds
-# qhx_generate / qhx_inspect there itself (with the test feature set, so a separate
-# `cargo build --workspace` would compile qhx a second time).
-deb_cargo build -p qnn-emu --target "$triple" --target-dir "$tdir" --profile "$profile" --quiet
-# The test executables, as "path<TAB>label<TAB>package dir" (cargo runs each in its package's
-# directory; so do we).
-exes=$(deb_cargo test "${cross[@]}" --no-run --quiet --message-format=json | python3 -c '
+# One build for everything run under qemu: the test executables, qhx_generate / qhx_inspect,
+# the emulator cdylib beside them (tests/common::emu) and libqhx.a for the C API stage. One
+# invocation, so the tests' dev-dependency features unify into the libraries' build and qhx
+# compiles once (`cargo test --no-run` plus a separate `cargo build` compiled it twice, ~200 s).
+# The test executables are listed as "path<TAB>label<TAB>package dir" (cargo runs each in its
+# package's directory; so do we).
+exes=$(deb_cargo build "${cross[@]}" --lib --bins --tests --quiet --message-format=json | python3 -c '
 import json, os, sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -114,7 +115,9 @@ logs=$(mktemp -d)
 trap 'rm -rf "$times_f" "$logs"' EXIT
 # Start the slowest binaries first so the two slots finish together (seconds under qemu
 # from the last full run; unknown ones count as short).
-declare -A cost=([tests/smollm2.rs]=127 [tests/chat.rs]=91 [tests/tokenizer_parity.rs]=65 [tests/bad_input.rs]=16)
+declare -A cost=([tests/smollm2.rs]=150 [tests/structured_output.rs]=111 [tests/chat.rs]=74
+    [tests/tokenizer_parity.rs]=61 [tests/speculative.rs]=32 [tests/manifest_v2.rs]=20
+    [tests/cli_regressions.rs]=19 [tests/bad_input.rs]=17)
 order=$(while IFS=$'\t' read -r exe label dir; do
     printf '%s\t%s\t%s\t%s\n' "${cost[$label]:-1}" "$exe" "$label" "$dir"
 done <<<"$exes" | sort -t $'\t' -k1,1nr -s | cut -f2-)
@@ -158,9 +161,8 @@ if [[ "$x86" != "$a64" || -z "$a64" ]]; then
     demo_ok=0
 fi
 stamp "C API under qemu (libqhx.a + tests/capi/capi_test.c: SDK call order, tiny Llama-3 + Qwen2)"
-# The static library cross-builds like the binary; the C program links it with the cross gcc
+# The static library (cross-built above with the tests); the C program links it with the cross gcc
 # and runs the SDK's call order twice (raw text), its text compared with x86_64's CLI.
-deb_cargo build -p qhx-capi --target "$triple" --target-dir "$tdir" --profile "$profile" --quiet
 capi=$logs/capi
 mkdir -p "$capi"
 aarch64-linux-gnu-gcc -std=c11 -O1 -Wall -Wextra -Werror -Iinclude tests/capi/capi_test.c \

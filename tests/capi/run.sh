@@ -8,8 +8,8 @@
 #   speed allows little more and whose libraries are not ours to leak-check).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-cargo build --release -p qhx-capi -p qnn-emu --quiet
-cargo build --release --bin qhx_generate --quiet
+# The feature set of scripts/test.sh's build (see there): a no-op after it.
+cargo build --release --workspace --lib --bins --tests --quiet
 out=${CAPI_OUT:-target/capi}
 mkdir -p "$out"
 cflags=(-std=c11 -O1 -g -Wall -Wextra -Werror -Iinclude)
