@@ -66,6 +66,8 @@ build llama3-w8a16-window --family llama3 --tokenizer "$l3tok" --precision w8a16
 build llama3-fp16-past --family llama3 --tokenizer "$l3tok" --prefill past --prefill-len 16 --ctx 256
 build qwen2-fp16-past-head_major --family qwen2 --tokenizer "$dstok" --prefill past \
     --kv-layout head_major --prefill-len 16 --ctx 256
+# For --spec on the real backend (real_parity.py's verify-schedule case).
+build llama3echo-fp16-past --family llama3echo --tokenizer "$l3tok" --prefill past --prefill-len 16 --ctx 256
 if [[ ${QHX_REAL:-ci} == full || $only == *smollm2* ]]; then
     build smollm2-fp16-window --family smollm2 --gguf "$gguf" --tokenizer "$smoltok" --prefill window \
         --prefill-len 64 --ctx 512 --norm-prescale 0.015625

@@ -180,6 +180,7 @@ class Loop:
         self.dmask[pos0:pos0 + n] = 0.0
         self.dec.set("cmask", self.dmask)
         y = g.outputs["y"].decode(outs["y"]).reshape(R, H)
+        self.rows = y[:n]  # every fed row's hidden state (a verify reads each)
         self.hidden = y[n - 1]
         self.pos = pos0 + n
 
@@ -202,6 +203,64 @@ class Loop:
         out = self.lm.run()
         t = next(iter(self.lm.outputs.values()))
         return t.decode(out[t.name]).reshape(-1)
+
+    def rewind(self, pos: int) -> None:
+        """Drop the rows fed after `pos`: position and mask only (their K/V rows stay, hidden)."""
+        neg = self.neg(self.dec.inputs["cmask"])
+        self.dmask[pos:self.pos] = neg
+        self.dec.set("cmask", self.dmask)
+        self.pos = pos
+
+    def verifies(self, n: int) -> bool:
+        """n tokens fit one execute of the prefill graph over the cache (qhx's verify step)."""
+        if self.pre is None or "past_k_0" not in self.pre.inputs or n < 2:
+            return False
+        R = self.pre.inputs["x"].dims[0]
+        max_ctx = min(self.p["max_ctx"], self.C)
+        return n <= R and self.pos + R <= self.C and self.pos + n <= max_ctx
+
+    def generate_spec(self, ids, n_tokens: int, draft_max: int) -> tuple[list[int], int]:
+        """Greedy with prompt-lookup speculation, on qhx's schedule (--spec lookup
+        --spec-adaptive off): draft from prompt + output, verify [tok, drafts...] in one
+        prefill execute over the cache, keep the drafts the model's own row picks confirm plus
+        its pick after them, undo the rest by position and mask. Returns (ids, verifies)."""
+        self.run_prompt(list(ids))
+        hist = [int(t) for t in ids]
+        max_ctx = min(self.p["max_ctx"], self.C)
+        tok = int(np.argmax(self.logits()))
+        hist.append(tok)
+        out, verifies, emitted = [], 0, False
+        while True:
+            if not emitted:
+                out.append(tok)
+                if len(out) >= n_tokens or self.pos >= max_ctx:
+                    return out, verifies
+            emitted = False
+            d = lookup(hist, min(draft_max, n_tokens - len(out) - 1))
+            while d and not self.verifies(len(d) + 1):
+                d.pop()
+            if d:
+                verifies += 1
+                p0 = self.pos
+                self.prefill_chunk([tok, *d])
+                rows = self.rows.copy()
+                for j in range(len(d) + 1):
+                    self.hidden = rows[j]
+                    a = int(np.argmax(self.logits()))
+                    hist.append(a)
+                    out.append(a)
+                    fed = p0 + 1 + j
+                    if len(out) >= n_tokens or fed >= max_ctx:
+                        self.rewind(fed)
+                        return out, verifies
+                    if j == len(d) or a != d[j]:
+                        self.rewind(fed)
+                        tok, emitted = a, True
+                        break
+                continue
+            self.decode_step(tok)
+            tok = int(np.argmax(self.logits()))
+            hist.append(tok)
 
     def run_prompt(self, ids) -> None:
         i = 0
@@ -235,6 +294,22 @@ class Loop:
                 return out
             fed = teacher[len(out) - 1] if teacher is not None and len(out) - 1 < len(teacher) else tok
             self.decode_step(int(fed))
+
+
+def lookup(history: list[int], max_n: int, ngram_min: int = 2, ngram_max: int = 4) -> list[int]:
+    """Prompt lookup as qhx's --spec lookup: the longest suffix n-gram (ngram_max down to
+    ngram_min tokens) that occurred earlier proposes what followed its latest occurrence."""
+    n = len(history)
+    if max_n <= 0:
+        return []
+    for g in range(ngram_max, max(ngram_min, 1) - 1, -1):
+        if g >= n:
+            continue
+        suffix = history[n - g:]
+        for start in range(n - g - 1, -1, -1):
+            if history[start:start + g] == suffix:
+                return history[start + g:min(start + g + max_n, n)]
+    return []
 
 
 def qnn_session(path: str, qnn_opts: dict):
@@ -293,7 +368,7 @@ def main() -> int:
     ap.add_argument("--fp32-twin", action="store_true",
                     help="run the bundle's float graphs on ORT's CPU EP instead (with --jobs: "
                          "also the per-step top-2 logits)")
-    ap.add_argument("--jobs", help='JSON file: [{"ids": [...], "n": N, "teacher"?: [...]}, ...]; prints '
+    ap.add_argument("--jobs", help='JSON file: [{"ids": [...], "n": N, "teacher"?: [...], "spec"?: draft_max}, ...]; prints '
                                    "one JSON list of output id lists (sessions loaded once)")
     a = ap.parse_args()
     # The QNN backend prints on stdout (C stdio): keep fd 1 for our JSON only.
@@ -305,7 +380,10 @@ def main() -> int:
         res = []
         for job in json.load(open(a.jobs, encoding="utf-8")):
             loop.reset()
-            if a.fp32_twin:
+            if "spec" in job:
+                ids, verifies = loop.generate_spec(job["ids"], job["n"], job["spec"])
+                res.append({"output_ids": ids, "verifies": verifies})
+            elif a.fp32_twin:
                 margins = []
                 ids = loop.generate(job["ids"], job["n"], job.get("teacher"), margins)
                 res.append({"output_ids": ids, "top2": margins})

@@ -21,6 +21,10 @@ FAMILIES = {
                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
                    bos=128000, eos=[128001, 128008, 128009], seed=20261203),
 }
+# The same shape tied: a random tied model repeats its last token, so prompt lookup drafts and
+# the model keeps the drafts. Only real_parity.py's speculative case runs it (the verify
+# schedule on the real backend); it has no HF goldens and proves nothing about numerics.
+FAMILIES["llama3echo"] = dict(FAMILIES["llama3"], tied=True, seed=20261204)
 
 
 def weights(family: str) -> dict:

@@ -44,6 +44,8 @@ pub struct BenchConfig {
     pub repetitions: usize,
     pub allow_nonfinite: bool,
     pub cancel: crate::cancel::CancelToken,
+    /// `--spec`: each generation test also runs with speculation, as a `tgN+<type>` row.
+    pub spec: Option<crate::spec::SpecConfig>,
 }
 
 /// Facts about the build and the loaded model that every row repeats.
@@ -136,12 +138,22 @@ pub struct Row {
     pub stddev_ts: f64,
     pub samples_ns: Vec<u64>,
     pub samples_ts: Vec<f64>,
+    /// The speculative row's draft type (`lookup`), empty for plain rows; its tokens per
+    /// verify and graph executes per generated token (1 for plain rows), over the timed runs.
+    pub spec_type: String,
+    pub tokens_per_verify: f64,
+    pub decode_executes_per_token: f64,
 }
 
 impl Row {
-    /// `pp128`, `tg64`.
+    /// `pp128`, `tg64`, `tg64+lookup`.
     pub fn test_name(&self) -> String {
-        test_name(self.n_prompt, self.n_gen)
+        let t = test_name(self.n_prompt, self.n_gen);
+        if self.spec_type.is_empty() {
+            t
+        } else {
+            format!("{t}+{}", self.spec_type)
+        }
     }
 }
 
@@ -194,13 +206,21 @@ fn bench_ids(n: usize, vocab: usize) -> Vec<u32> {
         .collect()
 }
 
-/// Time one run: prefill of `ids` (pp) or `n_gen` decode steps after one token (tg).
-fn time_once(engine: &mut Engine, cfg: &BenchConfig, ids: &[u32], n_gen: usize) -> Result<u64> {
+/// Time one run: prefill of `ids` (pp) or `n_gen` decode steps after one token (tg), with
+/// speculation when `spec` is given (its counts are returned too).
+fn time_once(
+    engine: &mut Engine,
+    cfg: &BenchConfig,
+    ids: &[u32],
+    n_gen: usize,
+    spec: Option<&crate::spec::SpecConfig>,
+) -> Result<(u64, Option<crate::spec::SpecStats>)> {
     engine.reset();
     let gen = GenConfig {
         ignore_eos: true,
         allow_nonfinite: cfg.allow_nonfinite,
         cancel: cfg.cancel.clone(),
+        spec: spec.cloned(),
         ..GenConfig::greedy(n_gen + 1)
     };
     let o = engine.generate(ids, &gen, 0.0, |_| Ok(Next::Continue))?;
@@ -220,7 +240,12 @@ fn time_once(engine: &mut Engine, cfg: &BenchConfig, ids: &[u32], n_gen: usize) 
     } else {
         o.stats.decode_ms
     };
-    Ok((ms * 1e6).round() as u64)
+    Ok(((ms * 1e6).round() as u64, o.spec))
+}
+
+/// Tokens a speculative run generated after the first (verified and plainly decoded).
+fn verify_tokens_plain(st: &crate::spec::SpecStats) -> f64 {
+    st.tokens_per_verify * st.verifies as f64 + st.plain as f64
 }
 
 /// Run every test of `cfg`, printing each row as it ends. Returns the rows (fewer when
@@ -233,20 +258,38 @@ pub fn run(
     vocab: usize,
     printer: &mut Printer<'_>,
 ) -> Result<Vec<Row>> {
+    printer.spec_suffix = cfg.spec.as_ref().map_or(0, |s| s.kind.as_str().len() + 1);
     printer.header(info, tests)?;
     let mut rows = Vec::new();
-    for &(n_prompt, n_gen) in tests {
+    // Each generation test once plain and, with --spec, once speculative.
+    let runs: Vec<(usize, usize, Option<&crate::spec::SpecConfig>)> = tests
+        .iter()
+        .flat_map(|&(p, g)| {
+            let spec = cfg.spec.as_ref().filter(|_| g > 0);
+            std::iter::once((p, g, None)).chain(spec.map(|s| (p, g, Some(s))))
+        })
+        .collect();
+    for (n_prompt, n_gen, spec) in runs {
         let started = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         let ids = bench_ids(n_prompt.max(1), vocab);
-        time_once(engine, cfg, &ids, n_gen)?; // warm-up
+        time_once(engine, cfg, &ids, n_gen, spec)?; // warm-up
         let mut samples_ns = Vec::new();
+        let (mut verifies, mut verify_tokens, mut executes, mut tokens) = (0, 0.0, 0.0, 0.0);
         for _ in 0..cfg.repetitions.max(1) {
             if cfg.cancel.is_cancelled() {
                 break;
             }
-            samples_ns.push(time_once(engine, cfg, &ids, n_gen)?);
+            let (ns, st) = time_once(engine, cfg, &ids, n_gen, spec)?;
+            samples_ns.push(ns);
+            if let Some(st) = st {
+                verifies += st.verifies;
+                verify_tokens += st.tokens_per_verify * st.verifies as f64;
+                let t = verify_tokens_plain(&st);
+                tokens += t;
+                executes += st.decode_executes_per_token * t;
+            }
         }
         if cfg.cancel.is_cancelled() {
             break;
@@ -271,6 +314,13 @@ pub fn run(
             stddev_ts,
             samples_ns,
             samples_ts,
+            spec_type: spec.map_or(String::new(), |s| s.kind.as_str().to_string()),
+            tokens_per_verify: if verifies > 0 {
+                verify_tokens / verifies as f64
+            } else {
+                0.0
+            },
+            decode_executes_per_token: if tokens > 0.0 { executes / tokens } else { 1.0 },
         };
         printer.row(&row)?;
         rows.push(row);
@@ -292,6 +342,8 @@ pub struct Printer<'w> {
     out: &'w mut dyn Write,
     cols: Vec<Col>,
     rows: usize,
+    /// Width of a speculative row's `+type` test-name suffix (0 without --spec).
+    spec_suffix: usize,
 }
 
 /// "256.00 MiB" / "1.20 GiB".
@@ -328,6 +380,7 @@ impl<'w> Printer<'w> {
             out,
             cols: Vec::new(),
             rows: 0,
+            spec_suffix: 0,
         }
     }
 
@@ -366,9 +419,10 @@ impl<'w> Printer<'w> {
             Format::Md => {
                 let names = ["model", "size", "params", "backend", "I/O", "test", "t/s"];
                 let right = [false, true, true, false, false, true, true];
+                let spec_w = self.spec_suffix;
                 let test_w = tests
                     .iter()
-                    .map(|&(p, g)| test_name(p, g).len())
+                    .map(|&(p, g)| test_name(p, g).len() + if g > 0 { spec_w } else { 0 })
                     .max()
                     .unwrap_or(0);
                 let cells = Self::md_cells(info, &"x".repeat(test_w), &"x".repeat(20));
@@ -408,6 +462,9 @@ impl<'w> Printer<'w> {
                     stddev_ts: 0.0,
                     samples_ns: Vec::new(),
                     samples_ts: Vec::new(),
+                    spec_type: String::new(),
+                    tokens_per_verify: 0.0,
+                    decode_executes_per_token: 1.0,
                 })
                 .map_err(|e| Error::graph("bench", e.to_string()))?;
                 let keys: Vec<&str> = v
@@ -497,6 +554,7 @@ mod tests {
             repetitions: 1,
             allow_nonfinite: false,
             cancel: Default::default(),
+            spec: None,
         };
         let (t, w) = plan(&cfg, 128);
         assert_eq!(t, vec![(32, 0), (127, 0), (0, 16)]);

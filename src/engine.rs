@@ -10,7 +10,7 @@ use crate::model::Model;
 use crate::plan::Plan;
 use crate::runner::{Clock, Runner};
 use crate::sampler;
-use crate::spec::{SpecConfig, SpecStats};
+use crate::spec::{Governor, SpecConfig, SpecStats};
 use crate::stats::Stats;
 use serde::Serialize;
 use std::sync::Arc;
@@ -284,7 +284,7 @@ impl Engine {
             .spec
             .as_ref()
             .filter(|_| self.speculates(cfg))
-            .map(|c| (c, SpecStats::new(c)));
+            .map(|c| (c, SpecStats::new(c), Governor::new(c.adaptive)));
         // A verify emits the tokens it yields itself; the plain path's pick is emitted here.
         let mut emitted = false;
         let finish = 'run: loop {
@@ -294,14 +294,20 @@ impl Engine {
                 }
             }
             emitted = false;
-            if let Some((sc, st)) = spec.as_mut() {
+            if let Some((sc, st, gov)) = spec.as_mut() {
                 // Drafts beyond what is still wanted would only be undone.
                 let room = cfg.n_tokens - out.len();
                 let mut d = crate::spec::lookup(&self.history, sc, sc.draft_max.min(room - 1));
                 while !d.is_empty() && !self.run.verifies(d.len() + 1) {
                     d.pop();
                 }
-                if !d.is_empty() && d.len() >= sc.draft_min {
+                let drafted = !d.is_empty() && d.len() >= sc.draft_min;
+                if drafted && !gov.speculate() {
+                    // Not paying now: decode plainly, and score the draft against the picks.
+                    st.skipped += 1;
+                    gov.shadow(d);
+                } else if drafted {
+                    let tv = Instant::now();
                     let p = self.run.pos();
                     let mut chunk = Vec::with_capacity(d.len() + 1);
                     chunk.push(tok);
@@ -312,8 +318,10 @@ impl Engine {
                     // Row j holds the model's distribution after `tok` and the first j drafts:
                     // greedy, its pick is the next token whatever the draft said; sampled,
                     // the draft is kept with its probability, else the residual is drawn.
+                    let mut yielded = 0;
                     for j in 0..=d.len() {
                         let (a, kept) = self.pick_row(j, d.get(j).copied(), out.len())?;
+                        yielded += 1;
                         st.verify_tokens += 1;
                         st.accepted += usize::from(kept);
                         // Fed so far, as without speculation: `tok` and the first j drafts.
@@ -329,6 +337,9 @@ impl Engine {
                             emitted = true;
                             break;
                         }
+                    }
+                    if gov.verified(yielded, ms(tv)) {
+                        st.switched_off += 1;
                     }
                     continue;
                 }
@@ -346,8 +357,13 @@ impl Engine {
                     *last = fed;
                 }
             }
+            let td = Instant::now();
             self.run.feed(&[fed], &|| false, self.profile.as_mut())?;
             tok = self.sample_logits(out.len(), cfg)?;
+            if let Some((_, _, gov)) = spec.as_mut() {
+                gov.decoded(ms(td));
+                gov.picked(tok);
+            }
             if let Some(p) = &mut self.profile {
                 p.steps += 1;
             }
@@ -360,7 +376,8 @@ impl Engine {
             output_ids: out,
             finish,
             stats,
-            spec: spec.map(|(_, mut st)| {
+            spec: spec.map(|(_, mut st, gov)| {
+                gov.report(&mut st);
                 st.finish();
                 st
             }),

@@ -16,6 +16,7 @@ use std::time::Instant;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GraphRole {
     Prefill,
+    Verify,
     Decode,
     LmHead,
 }
@@ -25,6 +26,7 @@ impl GraphRole {
     pub fn as_str(self) -> &'static str {
         match self {
             GraphRole::Prefill => "prefill",
+            GraphRole::Verify => "verify",
             GraphRole::Decode => "decode",
             GraphRole::LmHead => "lmhead",
         }
@@ -34,6 +36,7 @@ impl GraphRole {
     fn name_words(self) -> &'static [&'static str] {
         match self {
             GraphRole::Prefill => &["prefill", "pf", "ar128", "full"],
+            GraphRole::Verify => &["verify", "spec"],
             GraphRole::Decode => &["decode", "dec", "ar1"],
             GraphRole::LmHead => &["lmhead", "lm_head", "lmh"],
         }
@@ -333,7 +336,12 @@ fn about(m: &Manifest, plan: &Plan, max_ctx: usize) -> About {
     let name = if m.name.is_empty() { "model" } else { &m.name };
     let io = plan.io_dtypes().0;
     let mut files = vec![m.embed.clone()];
-    for r in m.prefill.iter().chain([&m.decode, &m.lmhead]) {
+    for r in m
+        .prefill
+        .iter()
+        .chain(&m.verify)
+        .chain([&m.decode, &m.lmhead])
+    {
         if !files.contains(&r.bin) {
             files.push(r.bin.clone());
         }
@@ -349,10 +357,15 @@ fn about(m: &Manifest, plan: &Plan, max_ctx: usize) -> About {
                 .unwrap_or_default()
         ),
         details: format!(
-            "prefill {} | ctx {max_ctx} | I/O {io}",
-            match plan.steps.as_slice() {
-                [pre, _, ..] => format!("P={}", pre.rows),
+            "prefill {}{} | ctx {max_ctx} | I/O {io}",
+            match (&m.prefill, plan.steps.first()) {
+                (Some(_), Some(pre)) => format!("P={}", pre.rows),
                 _ => "none (decode-over-prompt)".to_string(),
+            },
+            // The verify step is the one before decode.
+            match (&m.verify, plan.steps.iter().rev().nth(1)) {
+                (Some(_), Some(v)) => format!(" | verify {} rows", v.rows),
+                _ => String::new(),
             }
         ),
         model_type: format!("{name} ({})", m.arch.as_str()),
@@ -417,7 +430,12 @@ pub fn open_runtime(
 /// The distinct binaries of a bundle, in manifest order.
 fn binaries(m: &Manifest) -> Vec<PathBuf> {
     let mut bins: Vec<PathBuf> = Vec::new();
-    for r in m.prefill.iter().chain([&m.decode, &m.lmhead]) {
+    for r in m
+        .prefill
+        .iter()
+        .chain(&m.verify)
+        .chain([&m.decode, &m.lmhead])
+    {
         if !bins.contains(&r.bin) {
             bins.push(r.bin.clone());
         }

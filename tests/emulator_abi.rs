@@ -33,7 +33,7 @@ fn rms_norm_matmul(x: &[f32], norm: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
 /// directory: (bytes, path).
 fn lm_head_binary(spec: &SynthSpec, tag: &str) -> (Vec<u8>, std::path::PathBuf) {
     let w = weights(spec);
-    let (_, _, lm) = graphs(spec);
+    let (_, _, lm, _) = graphs(spec);
     let bin = context_binary(spec, &[lm], &w, |n| {
         n == "output_norm.weight" || n == "output.weight"
     });
@@ -163,7 +163,7 @@ fn fixed_point_tensors_must_carry_the_binarys_quantization() {
     };
     let w = weights(&spec);
     // The decode graph: its hidden state and K/V are fixed point (the lm-head is f16).
-    let (_, dec, _) = graphs(&spec);
+    let (_, dec, _, _) = graphs(&spec);
     let bin = context_binary(&spec, &[dec], &w, |n| n.starts_with("blk."));
     let path = common::tmp("abi-quant").join("lm.bin");
     std::fs::write(&path, &bin).unwrap();
@@ -195,7 +195,7 @@ fn execute_refuses_a_binding_of_another_graph() {
     let _serial = serial();
     let spec = SynthSpec::default();
     let w = weights(&spec);
-    let (_, decode, lm) = graphs(&spec);
+    let (_, decode, lm, _) = graphs(&spec);
     let bin = context_binary(&spec, &[decode, lm], &w, |_| true);
     let path = common::tmp("abi-other-graph").join("both.bin");
     std::fs::write(&path, &bin).unwrap();

@@ -67,8 +67,17 @@ fn json_is_the_only_stdout() {
     let v: serde_json::Value = serde_json::from_str(doc)
         .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}):\n{doc}"));
     let rows = v.as_array().expect("a JSON array");
-    // 2 I/O types x 3 context sizes x 2 samplers, one cold-start entry, the grammar mask.
-    assert_eq!(rows.len(), 14, "{v}");
+    // 2 I/O types x 3 context sizes x 2 samplers, one cold-start entry, the grammar mask,
+    // the speculation row.
+    assert_eq!(rows.len(), 15, "{v}");
+    let spec = &rows[14]["speculation"];
+    assert_eq!(spec["vocab"], 151_936, "{v}");
+    assert_eq!(spec["rows_per_verify"], 8, "{v}");
+    let (s50, s99) = (
+        spec["p50_ms_per_token"].as_f64().unwrap(),
+        spec["p99_ms_per_token"].as_f64().unwrap(),
+    );
+    assert!(s50 > 0.0 && s50 <= s99, "{v}");
     let mask = &rows[13]["grammar_mask"];
     assert_eq!(mask["vocab"], 151_936, "{v}");
     assert!(mask["tokens"].as_u64().unwrap() >= 64, "{v}");

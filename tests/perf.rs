@@ -324,7 +324,11 @@ fn votes_are_released_on_error_paths() {
 
 /// `--bench` with only the bundle positionals (no n_tokens, no prompt), as llama-bench.
 fn bench(tag: &str, extra: &[&str]) -> (std::process::Output, String) {
-    let (dir, m) = bundle(tag, &SynthSpec::default());
+    bench_on(tag, &SynthSpec::default(), extra)
+}
+
+fn bench_on(tag: &str, spec: &SynthSpec, extra: &[&str]) -> (std::process::Output, String) {
+    let (dir, m) = bundle(tag, spec);
     let lib = emu();
     let o = common::command(bin())
         .arg(&m)
@@ -478,4 +482,51 @@ fn verbose_reports_each_context_load_time() {
             "{role}: {err}"
         );
     }
+}
+
+/// `--bench --spec lookup`: every generation test gets a second, speculative row
+/// (`tgN+lookup`) with its tokens per verify and executes per token; plain rows say 1
+/// execute per token and no draft type.
+#[test]
+fn bench_spec_adds_a_speculative_row_per_generation_test() {
+    let spec = SynthSpec {
+        verify: Some(8),
+        ..SynthSpec::default()
+    };
+    let args = [
+        "-o", "json", "-r", "1", "-p", "4", "-n", "40", "--spec", "lookup",
+    ];
+    let (o, _) = bench_on(
+        "bench-spec",
+        &spec,
+        &[&args[..], &["--spec-adaptive", "off"]].concat(),
+    );
+    let v = json(&o);
+    let rows = v.as_array().expect("rows");
+    let kinds: Vec<(u64, &str)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["n_gen"].as_u64().unwrap(),
+                r["spec_type"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(kinds, [(0, ""), (40, ""), (40, "lookup")], "{v}");
+    for r in &rows[..2] {
+        assert_eq!(r["decode_executes_per_token"], 1.0, "{r}");
+        assert_eq!(r["tokens_per_verify"], 0.0, "{r}");
+    }
+    let s = &rows[2];
+    let per = s["decode_executes_per_token"].as_f64().unwrap();
+    let tpv = s["tokens_per_verify"].as_f64().unwrap();
+    // A random model's own output repeats: drafts are verified and some kept.
+    assert!(per > 0.0 && per < 1.0, "{s}");
+    assert!(tpv > 1.0, "{s}");
+    let (_, md) = bench_on(
+        "bench-spec-md",
+        &spec,
+        &["-r", "1", "-p", "0", "-n", "16", "--spec", "lookup"],
+    );
+    assert!(md.contains("tg16+lookup"), "{md}");
 }

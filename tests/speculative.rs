@@ -24,7 +24,9 @@ fn run(m: &Path, d: &Path, n: &str, prompt: &str, extra: &[&str]) -> Value {
 }
 
 /// The plain and the speculative run of one prompt: same ids, text and finish. Returns
-/// the speculative run's `"spec"` counts. `spec_extra` goes to the speculative run only.
+/// the speculative run's `"spec"` counts. `spec_extra` goes to the speculative run only;
+/// without a `--spec-adaptive` there, every draft is verified (`off`), so what runs does
+/// not depend on the machine's timing.
 fn same_with(
     m: &Path,
     d: &Path,
@@ -34,12 +36,17 @@ fn same_with(
     spec_extra: &[&str],
 ) -> Value {
     let plain = run(m, d, n, prompt, extra);
+    let adaptive: &[&str] = if spec_extra.contains(&"--spec-adaptive") {
+        &[]
+    } else {
+        &["--spec-adaptive", "off"]
+    };
     let spec = run(
         m,
         d,
         n,
         prompt,
-        &[extra, &["--spec", "lookup"], spec_extra].concat(),
+        &[extra, &["--spec", "lookup"], adaptive, spec_extra].concat(),
     );
     for k in ["output_ids", "text", "finish_reason"] {
         assert_eq!(plain[k], spec[k], "{k} differs for {prompt:?} {extra:?}");
@@ -70,6 +77,27 @@ fn greedy_output_is_unchanged_and_drafts_are_verified() {
                 shared: true,
                 head_major: true,
                 ..chunked()
+            },
+            true,
+        ),
+        // A window prefill with a verify graph (k = 4 rows over the decode cache), as the
+        // demo bundle has: drafts of up to 3 tokens verify there.
+        (
+            "spec-window-verify",
+            SynthSpec {
+                verify: Some(4),
+                ..SynthSpec::default()
+            },
+            true,
+        ),
+        (
+            "spec-none-verify-shared-f16",
+            SynthSpec {
+                prefill: None,
+                verify: Some(8),
+                shared: true,
+                io: "f16".into(),
+                ..SynthSpec::default()
             },
             true,
         ),
@@ -274,4 +302,109 @@ fn sampled_output_keeps_its_distribution() {
         stat < crit,
         "chi2 {stat:.1} >= {crit:.1} over {cats} outcomes"
     );
+}
+
+/// A verify graph must sit over the decode cache with two or more rows, fewer than the
+/// prefill's; each wrong one is refused at load with one line naming the graph.
+#[test]
+fn a_wrong_verify_graph_is_refused_by_name() {
+    let (d, m) = bundle(
+        "spec-verify-bad",
+        &SynthSpec {
+            verify: Some(4),
+            ..SynthSpec::default()
+        },
+    );
+    let doc: Value = serde_json::from_slice(&std::fs::read(&m).unwrap()).unwrap();
+    for (tag, graph, want) in [
+        // The window prefill graph has no past inputs.
+        ("nopast", "tiny_prefill", "tiny_prefill"),
+        // The decode graph has one row.
+        ("onerow", "tiny_decode", "two or more rows"),
+    ] {
+        let mut bad = doc.clone();
+        bad["artifacts"]["contexts"]["verify"] = serde_json::json!({
+            "bin": if graph == "tiny_prefill" { "tiny_prefill.bin" } else { "tiny_decode.bin" },
+            "graph": graph,
+        });
+        let path = d.join(format!("bad-{tag}.json"));
+        std::fs::write(&path, serde_json::to_vec(&bad).unwrap()).unwrap();
+        let o = generate(&path, &d, "4", "abc", &[], &[]);
+        assert_eq!(o.status.code(), Some(1), "{tag}");
+        let e = stderr(&o);
+        assert!(e.contains(want), "{tag}: {e}");
+        assert_eq!(e.trim_end().lines().count(), 1, "{tag}: {e}");
+    }
+    // As many rows as the prefill: a chunked prefill's job, not a verify's.
+    let (d2, m2) = bundle(
+        "spec-verify-wide",
+        &SynthSpec {
+            verify: Some(16),
+            ..SynthSpec::default()
+        },
+    );
+    let o = generate(&m2, &d2, "4", "abc", &[], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("fewer rows than the prefill"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// `--spec-adaptive R`: a verify costing R decode steps pays only while it yields more
+/// than R tokens. At R = 50 nothing pays: speculation switches off after its first verify
+/// and the drafts after it run as plain decode (scored, not verified). At R = 1.01 every
+/// verify that keeps a draft pays, so repetitive text keeps speculating. Output is the
+/// plain run's either way.
+#[test]
+fn speculation_switches_itself_off_when_a_verify_would_lose() {
+    let (d, m) = bundle(
+        "spec-adaptive",
+        &SynthSpec {
+            verify: Some(8),
+            ..SynthSpec::default()
+        },
+    );
+    let p = PROMPTS[0];
+    let dear = same_with(
+        &m,
+        &d,
+        "48",
+        p,
+        &["--ignore-eos"],
+        &["--spec-adaptive", "50"],
+    );
+    assert_eq!(dear["verifies"], 1, "{dear}");
+    assert_eq!(dear["switched_off"], 1, "{dear}");
+    assert!(dear["skipped"].as_u64().unwrap() > 0, "{dear}");
+    assert_eq!(dear["adaptive"], "cost 50");
+    assert_eq!(dear["verify_cost"], 50.0);
+    let cheap = same_with(
+        &m,
+        &d,
+        "48",
+        p,
+        &["--ignore-eos"],
+        &["--spec-adaptive", "1.01"],
+    );
+    let off = same_with(&m, &d, "48", p, &["--ignore-eos"], &[]);
+    assert_eq!(cheap["switched_off"], 0, "{cheap}");
+    assert_eq!(cheap["skipped"], 0, "{cheap}");
+    assert_eq!(cheap["verifies"], off["verifies"], "{cheap} vs {off}");
+    assert!(
+        cheap["tokens_per_verify"].as_f64().unwrap() > 1.0,
+        "{cheap}"
+    );
+    // A bad value is a usage error naming the flag.
+    let o = generate(
+        &m,
+        &d,
+        "4",
+        p,
+        &["--spec", "lookup", "--spec-adaptive", "-1"],
+        &[],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--spec-adaptive"), "{}", stderr(&o));
 }

@@ -90,6 +90,13 @@ def parser() -> argparse.ArgumentParser:
     )
     emu.add_argument("--kv-layout", choices=("pos_major", "head_major"), default="pos_major")
     emu.add_argument("--shared", action="store_true", help="prefill and decode graphs in one binary")
+    emu.add_argument(
+        "--verify-rows",
+        type=int,
+        metavar="K",
+        help="also write a K-row verify graph over the decode cache (qhx_generate --spec checks "
+        "K-1 drafted tokens per execute); 2..--ar-1, e.g. 8",
+    )
     ap.add_argument(
         "--calib",
         metavar="FILE",
@@ -188,6 +195,7 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
         ("--io", a.io != "f32"),
         ("--weights", a.weights != "q"),
         ("--shared", a.shared),
+        ("--verify-rows", a.verify_rows is not None),
         ("--kv-layout", a.kv_layout != "pos_major"),
         ("--embed-dtype", a.embed_dtype != "f32"),
     ):
@@ -268,6 +276,7 @@ def _export_emu(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
                 prefill=a.prefill,
                 kv_layout=a.kv_layout,
                 shared=a.shared,
+                verify_rows=a.verify_rows,
                 calib=a.calib,
                 embed_dtype=a.embed_dtype,
                 weights=a.weights,

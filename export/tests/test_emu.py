@@ -192,3 +192,54 @@ def test_arch_all_writes_one_dir_per_arch(
     assert socs == [57, 60, 69, 87]
     assert read_context(str(out / "v75" / "tiny-test_lmhead.bin"))[0]["dsp_arch"] == "v75"
     assert not (tmp_path / "all.partial").exists()
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_verify_rows_adds_a_verify_graph_over_the_decode_cache(tmp_path: Path, shared: bool) -> None:
+    """--verify-rows K: a K-row graph with past K/V beside decode (same binary, one copy of the
+    weights), named by `contexts.verify`; the other graphs are unchanged."""
+    c = tiny_config("llama")
+    path = write_gguf(tmp_path / "Tiny-Test.Q4_1.gguf", c, tiny_weights(c, seed=23), types=types)
+    ck = open_checkpoint(str(path))
+    plain, spec = tmp_path / "plain", tmp_path / "spec"
+    for d, k in ((plain, None), (spec, 4)):
+        d.mkdir()
+        o = EmuOptions(name="tiny", prefill_len=8, ctx=32, shared=shared, verify_rows=k)
+        write_bundle(ck, str(d), o, lambda m: None)
+    man = json.loads((spec / "tiny.json").read_text())["artifacts"]["contexts"]
+    bin_name = "tiny_shared.bin" if shared else "tiny_decode.bin"
+    assert man["verify"]["graph"] == "tiny_verify"
+    assert man["verify"].get("bin", "tiny_shared.bin") == bin_name
+    header, _, _ = read_context(str(spec / bin_name))
+    g = {x["name"]: x for x in header["graphs"]}
+    v = g["tiny_verify"]
+    assert (v["kind"], v["seq"], v["ctx"]) == ("prefill", 4, 32)
+    dims = {t["name"]: t["dims"] for t in v["inputs"] + v["outputs"]}
+    assert dims["x"] == [4, 64] and dims["cmask"] == [4, 36] and dims["past_k_1"] == [32, 32]
+    assert dims["new_v_0"] == [4, 32] and dims["y"] == [4, 64]
+    # the same weights as the binary without the verify graph: one copy, shared
+    plain_header, _, _ = read_context(str(plain / bin_name))
+    assert header["weights"] == plain_header["weights"]
+    assert [x for x in header["graphs"] if x["name"] != "tiny_verify"] == plain_header["graphs"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "needle"),
+    [
+        (["--verify-rows", "1"], "--verify-rows 1: must be 2 or more"),
+        (["--verify-rows", "8"], "fewer than the prefill's --ar 8"),
+        (["--verify-rows", "4", "--target", "htp"], "--verify-rows is an option of --target emu"),
+    ],
+)
+def test_bad_verify_rows_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], needle: str
+) -> None:
+    c = tiny_config("llama")
+    path = write_gguf(tmp_path / "Tiny-Test.Q4_1.gguf", c, tiny_weights(c, seed=24), types=types)
+    argv = [str(path), "-o", str(tmp_path / "out"), "--ar", "8", "--ctx", "32"]
+    if "--target" not in flags:
+        argv += ["--target", "emu"]
+    assert main(argv + flags) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) >= 1 and needle in err[-1], err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()

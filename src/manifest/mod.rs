@@ -79,6 +79,10 @@ pub struct Contexts {
     #[serde(default)]
     pub decode: Option<ContextRef>,
     pub lmhead: ContextRef,
+    /// A verify graph: a few rows with past inputs over the decode cache, so speculative
+    /// decoding checks several drafted tokens in one execute (`--spec`).
+    #[serde(default)]
+    pub verify: Option<ContextRef>,
     /// One binary holding the prefill and decode graphs (weights shared).
     #[serde(default)]
     pub shared: Option<ContextRef>,
@@ -199,7 +203,7 @@ const KNOWN_KEYS: &[(&str, &[&str])] = &[
     ("artifacts", &["contexts", "embed", "tokenizer"]),
     (
         "artifacts.contexts",
-        &["prefill", "decode", "lmhead", "shared"],
+        &["prefill", "decode", "lmhead", "verify", "shared"],
     ),
     ("plan", &["op", "ar", "io", "params", "steps"]),
 ];
@@ -275,6 +279,8 @@ pub struct Manifest {
     pub params: Params,
     pub eos: Vec<u32>,
     pub prefill: Option<GraphRef>,
+    /// The speculative-decoding verify graph, when the bundle has one.
+    pub verify: Option<GraphRef>,
     pub decode: GraphRef,
     pub lmhead: GraphRef,
     pub embed: PathBuf,
@@ -293,6 +299,9 @@ impl Manifest {
         files.push(("embedding table", self.embed.clone()));
         if let Some(r) = &self.prefill {
             files.push(("prefill binary", r.bin.clone()));
+        }
+        if let Some(r) = &self.verify {
+            files.push(("verify binary", r.bin.clone()));
         }
         files.push(("decode binary", self.decode.bin.clone()));
         files.push(("lm-head binary", self.lmhead.bin.clone()));
@@ -431,7 +440,7 @@ impl Manifest {
             }
             Ok(root.join(name))
         };
-        let (prefill, decode, lmhead) = if raw.schema_version >= 2 {
+        let (prefill, verify, decode, lmhead) = if raw.schema_version >= 2 {
             if raw.artifacts.contexts.is_some() {
                 return Err(err(
                     "artifacts.contexts: schema_version 2 names its graphs in plan.steps, not here"
@@ -453,7 +462,7 @@ impl Manifest {
                 })
             };
             let st = steps::resolve(st, &bin).map_err(err)?;
-            (st.prefill, st.decode, st.head)
+            (st.prefill, st.verify, st.decode, st.head)
         } else {
             if raw.plan.steps.is_some() {
                 return Err(err("plan.steps: needs schema_version 2".into()));
@@ -491,8 +500,13 @@ impl Manifest {
                 .as_ref()
                 .map(|r| gref(r, "artifacts.contexts.prefill", true))
                 .transpose()?;
+            let verify = c
+                .verify
+                .as_ref()
+                .map(|r| gref(r, "artifacts.contexts.verify", true))
+                .transpose()?;
             let lmhead = gref(&c.lmhead, "artifacts.contexts.lmhead", false)?;
-            (prefill, decode, lmhead)
+            (prefill, verify, decode, lmhead)
         };
         let (embed_name, embed_dtype) = match &raw.artifacts.embed {
             EmbedRef::File(f) => (f.as_str(), EmbedDtype::F16),
@@ -508,6 +522,7 @@ impl Manifest {
             n_params: raw.model.n_params,
             eos,
             prefill,
+            verify,
             decode,
             lmhead,
             embed: resolve(embed_name, "artifacts.embed")?,

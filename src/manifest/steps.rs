@@ -13,7 +13,7 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawStep {
-    /// `prefill`, `decode` or `head`.
+    /// `prefill`, `verify`, `decode` or `head`.
     pub role: String,
     pub bin: String,
     #[serde(default)]
@@ -52,9 +52,11 @@ const NOT_YET: &[&str] = &[
     "sliding_mask",
 ];
 
-/// The graphs of `plan.steps`: prefill (optional), decode, head, in that order.
+/// The graphs of `plan.steps`: prefill and verify (each optional), decode, head, in that
+/// order.
 pub struct Steps {
     pub prefill: Option<GraphRef>,
+    pub verify: Option<GraphRef>,
     pub decode: GraphRef,
     pub head: GraphRef,
 }
@@ -68,10 +70,13 @@ pub fn resolve(
     let roles: Vec<&str> = steps.iter().map(|s| s.role.as_str()).collect();
     if !matches!(
         roles.as_slice(),
-        ["decode", "head"] | ["prefill", "decode", "head"]
+        ["decode", "head"]
+            | ["prefill", "decode", "head"]
+            | ["verify", "decode", "head"]
+            | ["prefill", "verify", "decode", "head"]
     ) {
         return Err(format!(
-            "plan.steps: roles are {roles:?}; schema_version 2 takes [\"prefill\",] \"decode\", \"head\" in that order"
+            "plan.steps: roles are {roles:?}; schema_version 2 takes [\"prefill\",] [\"verify\",] \"decode\", \"head\" in that order"
         ));
     }
     let mut refs = Vec::new();
@@ -113,10 +118,12 @@ pub fn resolve(
             io,
         });
     }
-    let head = refs.pop().expect("three or two steps, checked above");
+    let head = refs.pop().expect("two to four steps, checked above");
     let decode = refs.pop().expect("checked above");
+    let verify = (roles.contains(&"verify")).then(|| refs.pop()).flatten();
     Ok(Steps {
         prefill: refs.pop(),
+        verify,
         decode,
         head,
     })

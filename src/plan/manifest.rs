@@ -1,6 +1,7 @@
 //! qhx manifest bundles into a [`Plan`]: an optional prefill graph (P rows; with past inputs
-//! it reads the decode cache in place), a one-row decode graph whose past inputs are the
-//! cache, and an lm-head graph that maps the last hidden row to logits. Tensors are found
+//! it reads the decode cache in place), an optional verify graph (a few rows over the decode
+//! cache, for speculative decoding and short continuations), a one-row decode graph whose
+//! past inputs are the cache, and an lm-head graph that maps a hidden row to logits. Tensors are found
 //! by role name (`plan.io` may rename them); every shape is checked against the params.
 
 use super::{
@@ -17,6 +18,7 @@ use crate::qnn::{GraphDesc, TensorDesc};
 /// The graphs of a manifest bundle, picked by role (see `model::pick_graph`).
 pub struct Graphs<G> {
     pub prefill: Option<(G, GraphDesc)>,
+    pub verify: Option<(G, GraphDesc)>,
     pub decode: (G, GraphDesc),
     pub lmhead: (G, GraphDesc),
 }
@@ -34,6 +36,11 @@ impl<G> Graphs<G> {
                 .as_ref()
                 .map(|r| find(r, GraphRole::Prefill))
                 .transpose()?,
+            verify: m
+                .verify
+                .as_ref()
+                .map(|r| find(r, GraphRole::Verify))
+                .transpose()?,
             decode: find(&m.decode, GraphRole::Decode)?,
             lmhead: find(&m.lmhead, GraphRole::LmHead)?,
         })
@@ -45,23 +52,42 @@ pub fn resolve<G>(m: &Manifest, g: Graphs<G>, embed: Option<EmbedTable>) -> Resu
     for d in g
         .prefill
         .iter()
+        .chain(&g.verify)
         .map(|(_, d)| d)
         .chain([&g.decode.1, &g.lmhead.1])
     {
         super::check_dtypes(d)?;
     }
     let p = &m.params;
-    let decode = stack_step(m, &m.decode, g.decode.0, g.decode.1, true)?;
+    let decode = stack_step(m, &m.decode, g.decode.0, g.decode.1, Stack::Decode)?;
     let mut steps = Vec::new();
     if let Some((graph, desc)) = g.prefill {
         let r = m.prefill.as_ref().unwrap_or(&m.decode);
-        let mut pre = stack_step(m, r, graph, desc, false)?;
-        check_prefill_shares_cache(&pre, &decode)?;
-        if pre.has_past() {
-            // Index of the decode step, pushed after this one.
-            pre.cache_owner = Some(1);
+        steps.push(stack_step(m, r, graph, desc, Stack::Prefill)?);
+    }
+    if let Some((graph, desc)) = g.verify {
+        let r = m.verify.as_ref().unwrap_or(&m.decode);
+        let v = stack_step(m, r, graph, desc, Stack::Verify)?;
+        if let Some(pre) = steps.first() {
+            if pre.rows <= v.rows {
+                return Err(Error::graph(
+                    v.name(),
+                    format!(
+                        "a verify graph takes fewer rows than the prefill graph ({} rows), this one {}",
+                        pre.rows, v.rows
+                    ),
+                ));
+            }
         }
-        steps.push(pre);
+        steps.push(v);
+    }
+    // Steps with past inputs read the decode cache in place: decode is pushed last.
+    let owner = steps.len();
+    for st in &mut steps {
+        check_prefill_shares_cache(st, &decode)?;
+        if st.has_past() {
+            st.cache_owner = Some(owner);
+        }
     }
     steps.push(decode);
     check_lmhead(m, &g.lmhead.1)?;
@@ -110,14 +136,27 @@ fn find<'a>(
         })
 }
 
-/// A prefill (`decode == false`) or decode graph as a one-split step.
+/// What a stack graph (transformer layers, hidden rows out) is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stack {
+    /// P rows, from an empty cache or (with past inputs) over the decode cache.
+    Prefill,
+    /// A few rows over the decode cache (past inputs required), any two or more at a time:
+    /// a speculative verify, or a short continuation.
+    Verify,
+    /// One row; its past inputs are the cache.
+    Decode,
+}
+
+/// A prefill, verify or decode graph as a one-split step.
 fn stack_step<G>(
     m: &Manifest,
     r: &GraphRef,
     graph: G,
     g: GraphDesc,
-    decode: bool,
+    kind: Stack,
 ) -> Result<Step<G>> {
+    let decode = kind == Stack::Decode;
     let p = &m.params;
     let (h, hd, k) = (p.hidden, p.head_dim, m.kv_dim());
     let gn = g.name.as_str();
@@ -141,6 +180,15 @@ fn stack_step<G>(
             gn,
             format!(
                 "decode input {} must hold one row of hidden={h}",
+                xt.describe()
+            ),
+        ));
+    }
+    if kind == Stack::Verify && rows < 2 {
+        return Err(Error::graph(
+            gn,
+            format!(
+                "verify input {} must hold two or more rows of hidden={h}",
                 xt.describe()
             ),
         ));
@@ -186,7 +234,7 @@ fn stack_step<G>(
         outputs[nv] = Sink::NewValue(i);
         let has_past = g.inputs.iter().any(|t| t.name == nm("past_k", Some(i)));
         let (mut past_key, mut past_value) = (None, None);
-        if has_past || decode {
+        if has_past || kind != Stack::Prefill {
             let (pk, pkt) = find(&g.inputs, &nm("past_k", Some(i)), gn, "input")?;
             let (pv, pvt) = find(&g.inputs, &nm("past_v", Some(i)), gn, "input")?;
             for (t, at, slot) in [(pkt, pk, &mut past_key), (pvt, pv, &mut past_value)] {
@@ -256,10 +304,11 @@ fn stack_step<G>(
         style: MaskStyle::Additive,
         persistent: decode,
     });
-    let admit = if decode || ctx > 0 {
-        Admit::WholeRows
-    } else {
-        Admit::FromEmpty
+    let admit = match kind {
+        // Any two tokens or more, padded: the drafts of a verify vary in number.
+        Stack::Verify => Admit::Chunk { min_tokens: 2 },
+        _ if decode || ctx > 0 => Admit::WholeRows,
+        _ => Admit::FromEmpty,
     };
     Ok(Step {
         rows,
@@ -326,8 +375,8 @@ fn check_lmhead(m: &Manifest, d: &GraphDesc) -> Result<()> {
     Ok(())
 }
 
-/// A chunked prefill reads the decode cache in place: same capacity, layout, dtype and
-/// scale.
+/// A chunked prefill or a verify reads the decode cache in place: same capacity, layout,
+/// dtype and scale.
 fn check_prefill_shares_cache<G>(pre: &Step<G>, dec: &Step<G>) -> Result<()> {
     let name = pre.name().to_string();
     if pre.past > 0 && pre.past != dec.past {

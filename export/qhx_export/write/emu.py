@@ -49,6 +49,7 @@ class EmuOptions:
     prefill: str = "window"  # window | past | none
     kv_layout: str = "pos_major"  # pos_major | head_major
     shared: bool = False  # prefill and decode graphs in one binary
+    verify_rows: int | None = None  # a k-row verify graph over the decode cache (speculative decoding)
     calib: str | None = None  # value ranges JSON (QNN_EMU_CALIBRATE) for fixed-point I/O
     embed_dtype: str = "f32"
     weights: str = "q"  # q | f32
@@ -155,24 +156,31 @@ def graphs_for(p: dict[str, Any], o: EmuOptions, ranges: Ranges | None) -> dict[
             "outputs": [t("logits", [V], lm_io)],
         },
     }
-    if o.prefill != "none":
-        past = o.prefill == "past"
-        out["prefill"] = {
-            "name": f"{o.name}_prefill",
+
+    def rows_graph(tag: str, rows: int, past: bool) -> dict[str, Any]:
+        """`rows` tokens per execute (the emulator's prefill kind), with or without past K/V."""
+        return {
+            "name": f"{o.name}_{tag}",
             "kind": "prefill",
-            "seq": P,
+            "seq": rows,
             "ctx": C if past else 0,
             "kv_layout": o.kv_layout,
             "final_norm": final_norm,
             "inputs": [
-                t("x", [P, H]),
-                t("cos", [P, Dh]),
-                t("sin", [P, Dh]),
-                t("cmask", [P, C + P if past else P]),
+                t("x", [rows, H]),
+                t("cos", [rows, Dh]),
+                t("sin", [rows, Dh]),
+                t("cmask", [rows, C + rows if past else rows]),
             ]
             + (per_layer("past_{kind}_{i}", kv(C)) if past else []),
-            "outputs": [t("y", [P, H]), *per_layer("new_{kind}_{i}", kv(P))],
+            "outputs": [t("y", [rows, H]), *per_layer("new_{kind}_{i}", kv(rows))],
         }
+
+    if o.prefill != "none":
+        out["prefill"] = rows_graph("prefill", P, o.prefill == "past")
+    if o.verify_rows is not None:
+        # Speculative decoding checks k - 1 drafted tokens in one execute over the cache.
+        out["verify"] = rows_graph("verify", o.verify_rows, True)
     return out
 
 
@@ -241,18 +249,22 @@ def write_graph_binaries(
         blk = blk + [w for w in head if w[0] == "output_norm.weight"]
     if o.shared:
         f = f"{o.name}_shared.bin"
-        layer_graphs = [graphs[k] for k in ("prefill", "decode") if k in graphs]
+        layer_graphs = [graphs[k] for k in ("prefill", "decode", "verify") if k in graphs]
         sizes[f] = write_context(os.path.join(out_dir, f), p, layer_graphs, blk, o)
         refs["shared"] = {"bin": f}
-        for k in ("prefill", "decode"):
+        for k in ("prefill", "decode", "verify"):
             if k in graphs:
                 refs[k] = {"graph": graphs[k]["name"]}
     else:
         for k in ("prefill", "decode"):
             if k in graphs:
                 f = f"{o.name}_{k}.bin"
-                sizes[f] = write_context(os.path.join(out_dir, f), p, [graphs[k]], blk, o)
+                # The verify graph sits beside decode: one copy of the layer weights.
+                extra = [graphs["verify"]] if k == "decode" and "verify" in graphs else []
+                sizes[f] = write_context(os.path.join(out_dir, f), p, [graphs[k], *extra], blk, o)
                 refs[k] = {"bin": f, "graph": graphs[k]["name"]}
+                if extra:
+                    refs["verify"] = {"bin": f, "graph": graphs["verify"]["name"]}
     f = f"{o.name}_lmhead.bin"
     sizes[f] = write_context(os.path.join(out_dir, f), p, [graphs["lmhead"]], head, o)
     refs["lmhead"] = {"bin": f, "graph": graphs["lmhead"]["name"]}
@@ -387,6 +399,13 @@ def check_options(o: EmuOptions) -> None:
         raise ExportError(f"--ar {o.prefill_len} / --ctx {o.ctx}: both must be positive")
     if o.prefill_len > o.ctx:
         raise ExportError(f"--ar {o.prefill_len} exceeds --ctx {o.ctx}")
+    if o.verify_rows is not None:
+        if not 2 <= o.verify_rows <= o.ctx:
+            raise ExportError(f"--verify-rows {o.verify_rows}: must be 2 or more and at most --ctx {o.ctx}")
+        if o.prefill != "none" and o.verify_rows >= o.prefill_len:
+            raise ExportError(
+                f"--verify-rows {o.verify_rows}: must be fewer than the prefill's --ar {o.prefill_len}"
+            )
     if o.io.startswith("ufixed") and not o.calib:
         raise ExportError(f"--io {o.io} needs --calib (value ranges recorded with QNN_EMU_CALIBRATE)")
 

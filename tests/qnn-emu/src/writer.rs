@@ -34,6 +34,9 @@ pub struct SynthSpec {
     pub prefill_past: bool,
     /// Prefill and decode graphs in one binary (`contexts.shared`).
     pub shared: bool,
+    /// Rows of a verify graph (past K/V over the decode cache; `contexts.verify`, in the
+    /// decode binary), for speculative decoding. None: no verify graph.
+    pub verify: Option<usize>,
     /// tokenizer.json to copy into the bundle.
     pub tokenizer: Option<PathBuf>,
     pub embed_f16: bool,
@@ -70,6 +73,7 @@ impl Default for SynthSpec {
             head_major: false,
             prefill_past: false,
             shared: false,
+            verify: None,
             tokenizer: None,
             embed_f16: false,
             ranges: Default::default(),
@@ -147,7 +151,8 @@ fn tensor_q(s: &SynthSpec, name: &str, dtype: &str, dims: &[usize]) -> Value {
 }
 
 /// Graph headers in the FORMAT.md contract.
-pub fn graphs(s: &SynthSpec) -> (Option<Value>, Value, Value) {
+/// (prefill, decode, lmhead, verify).
+pub fn graphs(s: &SynthSpec) -> (Option<Value>, Value, Value, Option<Value>) {
     let tensor = |n: &str, d: &str, dims: &[usize]| tensor_q(s, n, d, dims);
     let k = s.n_kv_heads * s.head_dim;
     let kv = |rows: usize| -> Vec<usize> {
@@ -163,15 +168,16 @@ pub fn graphs(s: &SynthSpec) -> (Option<Value>, Value, Value) {
         "pos_major"
     };
     let io = s.io.as_str();
-    let prefill = s.prefill.map(|p| {
-        let cols = if s.prefill_past { s.ctx + p } else { p };
+    // P rows (the emulator's `prefill` kind), from an empty cache or over `past` slots.
+    let rows_graph = |tag: &str, p: usize, past: bool| {
+        let cols = if past { s.ctx + p } else { p };
         let mut inputs = vec![
             tensor("x", io, &[p, s.hidden]),
             tensor("cos", io, &[p, s.head_dim]),
             tensor("sin", io, &[p, s.head_dim]),
             tensor("cmask", io, &[p, cols]),
         ];
-        if s.prefill_past {
+        if past {
             for i in 0..s.n_layers {
                 inputs.push(tensor(&format!("past_k_{i}"), io, &kv(s.ctx)));
                 inputs.push(tensor(&format!("past_v_{i}"), io, &kv(s.ctx)));
@@ -182,10 +188,12 @@ pub fn graphs(s: &SynthSpec) -> (Option<Value>, Value, Value) {
             outputs.push(tensor(&format!("new_k_{i}"), io, &kv(p)));
             outputs.push(tensor(&format!("new_v_{i}"), io, &kv(p)));
         }
-        let ctx = if s.prefill_past { s.ctx } else { 0 };
-        json!({"name": format!("{}_prefill", s.name), "kind": "prefill", "seq": p, "ctx": ctx,
+        let ctx = if past { s.ctx } else { 0 };
+        json!({"name": format!("{}_{tag}", s.name), "kind": "prefill", "seq": p, "ctx": ctx,
                "kv_layout": layout, "inputs": inputs, "outputs": outputs})
-    });
+    };
+    let prefill = s.prefill.map(|p| rows_graph("prefill", p, s.prefill_past));
+    let verify = s.verify.map(|k| rows_graph("verify", k, true));
     let mut inputs = vec![
         tensor("x", io, &[s.hidden]),
         tensor("cos", io, &[s.head_dim]),
@@ -209,7 +217,7 @@ pub fn graphs(s: &SynthSpec) -> (Option<Value>, Value, Value) {
     let lmhead = json!({"name": format!("{}_lmhead", s.name), "kind": "lmhead", "seq": 1, "ctx": 0,
                         "inputs": [tensor("hidden", lm_io, &[s.hidden])],
                         "outputs": [tensor("logits", lm_io, &[s.vocab])]});
-    (prefill, decode, lmhead)
+    (prefill, decode, lmhead, verify)
 }
 
 /// Deterministic f32 weights for every tensor name the emulator reads.
@@ -319,7 +327,7 @@ pub fn write_bundle(dir: &Path, s: &SynthSpec) -> std::io::Result<PathBuf> {
     } else {
         weights(s)
     };
-    let (prefill, decode, lmhead) = graphs(s);
+    let (prefill, decode, lmhead, verify) = graphs(s);
     let layer = |n: &str| n.starts_with("blk.");
     let head = |n: &str| n == "output_norm.weight" || n == "output.weight";
     let name = &s.name;
@@ -331,9 +339,14 @@ pub fn write_bundle(dir: &Path, s: &SynthSpec) -> std::io::Result<PathBuf> {
         }
         r
     };
+    if s.verify.is_some() {
+        // Beside the decode graph, whose weights it shares.
+        contexts.insert("verify".into(), gref("verify", false));
+    }
     if s.shared {
         let mut both = vec![decode];
         both.extend(prefill.clone());
+        both.extend(verify);
         write_atomic(
             &dir.join(format!("{name}_shared.bin")),
             &context_binary(s, &both, &w, layer),
@@ -354,11 +367,16 @@ pub fn write_bundle(dir: &Path, s: &SynthSpec) -> std::io::Result<PathBuf> {
             )?;
             contexts.insert("prefill".into(), gref("prefill", true));
         }
+        let mut dec = vec![decode];
+        dec.extend(verify);
         write_atomic(
             &dir.join(format!("{name}_decode.bin")),
-            &context_binary(s, &[decode], &w, layer),
+            &context_binary(s, &dec, &w, layer),
         )?;
         contexts.insert("decode".into(), gref("decode", true));
+        if let Some(v) = contexts.get_mut("verify") {
+            v["bin"] = format!("{name}_decode.bin").into();
+        }
     }
     write_atomic(
         &dir.join(format!("{name}_lmhead.bin")),
