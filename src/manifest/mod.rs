@@ -695,6 +695,46 @@ mod tests {
         assert_eq!(v1.tensor_name(&v1.decode, "past_k", Some(7)), "past_k_7");
     }
 
+    /// A verify step sits between prefill and decode, over the decode cache (its past
+    /// kinds are required, unlike a prefill's), and is absent when not listed.
+    #[test]
+    fn schema_2_takes_a_verify_step() {
+        let dec = r#"{"role":"decode","bin":"s.bin","graph":"dec","#;
+        let verify = r#"{"role":"verify","bin":"s.bin","graph":"vf",
+         "inputs":{"vh":"embedding","rc":"rope_cos","rs":"rope_sin","m":"mask","k{i}":"past_key","v{i}":"past_value"},
+         "outputs":{"out":"hidden","nk{i}":"new_key","nv{i}":"new_value"}},"#;
+        let with = V2.replacen(dec, &format!("{verify}{dec}"), 1);
+        let m = parse(&with).unwrap();
+        let v = m.verify.as_ref().unwrap();
+        assert_eq!(v.graph.as_deref(), Some("vf"));
+        assert_eq!(m.tensor_name(v, "x", None), "vh");
+        assert_eq!(m.prefill.as_ref().unwrap().graph.as_deref(), Some("pf"));
+        assert!(parse(V2).unwrap().verify.is_none());
+        let no_past = with.replacen(
+            r#""m":"mask","k{i}":"past_key","v{i}":"past_value"},
+         "outputs":{"out":"hidden","nk{i}":"new_key","nv{i}":"new_value"}},{"role":"decode""#,
+            r#""m":"mask"},
+         "outputs":{"out":"hidden","nk{i}":"new_key","nv{i}":"new_value"}},{"role":"decode""#,
+            1,
+        );
+        assert_ne!(no_past, with);
+        let e = parse(&no_past).unwrap_err().to_string();
+        assert!(
+            e.contains(r#"plan.steps[1].inputs: no tensor is given the "past_key" kind"#),
+            "{e}"
+        );
+        // Verify before prefill is out of order.
+        let swapped = with
+            .replacen(r#""role":"prefill""#, r#""role":"PRE""#, 1)
+            .replacen(r#""role":"verify""#, r#""role":"prefill""#, 1)
+            .replacen(r#""role":"PRE""#, r#""role":"verify""#, 1);
+        let e = parse(&swapped).unwrap_err().to_string();
+        assert!(
+            e.contains(r#"roles are ["verify", "prefill", "decode", "head"]"#),
+            "{e}"
+        );
+    }
+
     #[test]
     fn schema_2_mistakes_are_named() {
         let decode_in = r#""k{i}":"past_key","v{i}":"past_value"},
