@@ -47,12 +47,13 @@ for prefill in window past none; do
           full:*|ci:window-pos_major-*|ci:past-head_major-*|ci:none-pos_major-f16|ci:none-head_major-ufixed16|ci:past-pos_major-f32) build_smol=1 ;;
           *) build_smol=0 ;;
       esac
-      if [[ $build_smol == 1 ]] && [[ ! -f $d/smollm2.json || scripts/make_bundle.py -nt $d/smollm2.json || $out/smollm2.calib.json -nt $d/smollm2.json ]]; then
+      if [[ $build_smol == 1 ]] && [[ ! -f $d/smollm2.json || -n "$(find export/qhx_export -name '*.py' -newer "$d/smollm2.json" | head -n 1)" || $out/smollm2.calib.json -nt $d/smollm2.json ]]; then
           echo "build-matrix: $d" >&2
-          args=(--gguf "$gguf" --out "$d" --name smollm2 --prefill "$prefill" --kv-layout "$layout" --io "$io"
-                --embed-dtype "$emb" --prefill-len 64 --ctx 512 "${extra[@]}")
+          # The exporter package (export/) writes the SmolLM2 bundles.
+          args=("$gguf" --target emu -o "$d" --name smollm2 --prefill "$prefill" --kv-layout "$layout" --io "$io"
+                --embed-dtype "$emb" --ar 64 --ctx 512 "${extra[@]}")
           [[ $io == ufixed16 ]] && args+=("$out/smollm2.calib.json")
-          "$py" scripts/make_bundle.py "${args[@]}" >&2
+          PYTHONPATH="$PWD/export" "$py" -m qhx_export "${args[@]}" >&2
       fi
       d="$out/qwen2-$v"
       if [[ ! -f $d/tiny_qwen2.json || scripts/make_tiny.py -nt $d/tiny_qwen2.json || $out/qwen2.calib.json -nt $d/tiny_qwen2.json ]]; then
