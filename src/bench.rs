@@ -243,11 +243,6 @@ fn time_once(
     Ok(((ms * 1e6).round() as u64, o.spec))
 }
 
-/// Tokens a speculative run generated after the first (verified and plainly decoded).
-fn verify_tokens_plain(st: &crate::spec::SpecStats) -> f64 {
-    st.tokens_per_verify * st.verifies as f64 + st.plain as f64
-}
-
 /// Run every test of `cfg`, printing each row as it ends. Returns the rows (fewer when
 /// cancelled).
 pub fn run(
@@ -285,10 +280,10 @@ pub fn run(
             samples_ns.push(ns);
             if let Some(st) = st {
                 verifies += st.verifies;
-                verify_tokens += st.tokens_per_verify * st.verifies as f64;
-                let t = verify_tokens_plain(&st);
-                tokens += t;
-                executes += st.decode_executes_per_token * t;
+                // The run's own counts, not its rounded ratios.
+                verify_tokens += st.verify_tokens as f64;
+                tokens += (st.verify_tokens + st.plain) as f64;
+                executes += (st.verifies + st.plain) as f64;
             }
         }
         if cfg.cancel.is_cancelled() {
