@@ -72,6 +72,13 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--kv-dtype", choices=("f16", "u8"), default="f16", help="KV cache dtype (default f16)")
     ap.add_argument(
+        "--verify-rows",
+        type=int,
+        metavar="K",
+        help="also write a K-row verify graph over the decode cache (qhx_generate --spec checks "
+        "K-1 drafted tokens per execute); 2..--ar-1, e.g. 8",
+    )
+    ap.add_argument(
         "--format",
         choices=("qhx", "genie", "both"),
         default="qhx",
@@ -90,13 +97,6 @@ def parser() -> argparse.ArgumentParser:
     )
     emu.add_argument("--kv-layout", choices=("pos_major", "head_major"), default="pos_major")
     emu.add_argument("--shared", action="store_true", help="prefill and decode graphs in one binary")
-    emu.add_argument(
-        "--verify-rows",
-        type=int,
-        metavar="K",
-        help="also write a K-row verify graph over the decode cache (qhx_generate --spec checks "
-        "K-1 drafted tokens per execute); 2..--ar-1, e.g. 8",
-    )
     ap.add_argument(
         "--calib",
         metavar="FILE",
@@ -117,6 +117,19 @@ def parser() -> argparse.ArgumentParser:
         help="Qualcomm's cost model (Hextimate, soc_model 72, v81-class) per graph: decode ms/token and "
         "prefill tok/s estimates (not phone measurements)",
     )
+    htp.add_argument(
+        "--estimate-verify",
+        metavar="K,K,...",
+        type=_row_list,
+        default=[],
+        help="with --estimate: also estimate verify graphs of these row counts (not written), "
+        "each as a cost in decode steps, e.g. 2,4,8,16",
+    )
+    htp.add_argument(
+        "--estimate-only",
+        action="store_true",
+        help="--estimate without a bundle: DIR gets export-report.json (and README.md) only",
+    )
     htp.add_argument("--verify-tokens", type=int, default=16, metavar="N", help="steps per prompt (16)")
     htp.add_argument(
         "--no-ort-check",
@@ -125,6 +138,16 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--version", action="version", version=f"qhx-export {__version__}")
     return ap
+
+
+def _row_list(text: str) -> list[int]:
+    try:
+        out = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected row counts such as 2,4,8,16") from None
+    if not out:
+        raise argparse.ArgumentTypeError("expected at least one row count")
+    return out
 
 
 def _name(default: str) -> str:
@@ -159,12 +182,22 @@ def _check_args(a: argparse.Namespace) -> None:
         raise ExportError(f"--ctx {a.ctx}: must be positive")
     if a.ar < 1:
         raise ExportError(f"--ar {a.ar}: must be positive")
-    if a.ar > a.ctx:
+    if a.ar > a.ctx and a.prefill != "none":
         raise ExportError(f"--ar {a.ar} exceeds --ctx {a.ctx}")
     if a.soc is not None and a.soc <= 0:
         raise ExportError(f"--soc {a.soc}: must be a positive soc_model number")
     if a.soc is not None and a.arch == "all":
         raise ExportError("--soc with --arch all: give one --arch per --soc")
+    for k in ([a.verify_rows] if a.verify_rows is not None else []) + a.estimate_verify:
+        opt = "--verify-rows" if k == a.verify_rows else "--estimate-verify"
+        if not 2 <= k <= a.ctx:
+            raise ExportError(f"{opt} {k}: must be 2 or more and at most --ctx {a.ctx}")
+    if a.verify_rows is not None and a.prefill != "none" and a.verify_rows >= a.ar:
+        raise ExportError(f"--verify-rows {a.verify_rows}: must be fewer than the prefill's --ar {a.ar}")
+    if a.estimate_verify and not (a.estimate or a.estimate_only):
+        raise ExportError("--estimate-verify needs --estimate (or --estimate-only)")
+    if a.estimate_only and a.verify:
+        raise ExportError("--estimate-only writes no bundle for --verify to run")
 
 
 def run(argv: Sequence[str] | None) -> list[str]:
@@ -195,7 +228,6 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
         ("--io", a.io != "f32"),
         ("--weights", a.weights != "q"),
         ("--shared", a.shared),
-        ("--verify-rows", a.verify_rows is not None),
         ("--kv-layout", a.kv_layout != "pos_major"),
         ("--embed-dtype", a.embed_dtype != "f32"),
     ):
@@ -214,7 +246,10 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
         kv_dtype=a.kv_dtype,
         calib=a.calib,
         keep_onnx=a.keep_onnx,
-        estimate=a.estimate,
+        estimate=a.estimate or a.estimate_only,
+        estimate_only=a.estimate_only,
+        verify_rows=a.verify_rows,
+        estimate_verify=a.estimate_verify,
         fmt=a.format,
         model_name=a.model_name,
     )
@@ -239,7 +274,7 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
                 if not res["pass"]:
                     failed.append(where)
         write_report(tmp, paths, o)
-        rel = [os.path.relpath(p, tmp) for p in paths]
+        rel = [os.path.relpath(p, tmp) for p in paths] or ["export-report.json"]
     log(f"done in {time.monotonic() - t0:.1f}s")
     out = [os.path.join(os.path.normpath(a.out), m) for m in rel]
     if failed:
@@ -257,6 +292,15 @@ def _export_emu(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
         raise ExportError(
             "--precision is for --target htp; an emulator bundle's dtypes are --io and --weights"
         )
+    for opt, val in (
+        ("--estimate", a.estimate),
+        ("--estimate-only", a.estimate_only),
+        ("--estimate-verify", bool(a.estimate_verify)),
+        ("--verify", a.verify),
+        ("--keep-onnx", a.keep_onnx),
+    ):
+        if val:
+            raise ExportError(f"{opt} is an option of --target htp")
     if a.kv_dtype != "f16":
         raise NotImplementedYet(f"--kv-dtype {a.kv_dtype} is not implemented for --target emu")
     if a.format != "qhx":

@@ -228,7 +228,11 @@ def test_verify_rows_adds_a_verify_graph_over_the_decode_cache(tmp_path: Path, s
     [
         (["--verify-rows", "1"], "--verify-rows 1: must be 2 or more"),
         (["--verify-rows", "8"], "fewer than the prefill's --ar 8"),
-        (["--verify-rows", "4", "--target", "htp"], "--verify-rows is an option of --target emu"),
+        (["--verify-rows", "40"], "--verify-rows 40: must be 2 or more and at most --ctx 32"),
+        (["--verify-rows", "4", "--estimate"], "--estimate is an option of --target htp"),
+        (["--target", "htp", "--estimate-verify", "2,4"], "--estimate-verify needs --estimate"),
+        (["--target", "htp", "--estimate-verify", "2,x"], "expected row counts such as 2,4,8,16"),
+        (["--target", "htp", "--estimate-only", "--verify"], "--estimate-only writes no bundle"),
     ],
 )
 def test_bad_verify_rows_is_one_line(

@@ -70,7 +70,8 @@ def test_tiny_verify(
 
 
 def test_arch_all(tmp_path: Path, tiny_gguf: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
-    """One directory per arch, each binary pinned to its soc (qhx_inspect reads it back)."""
+    """One directory per arch, each binary pinned to its soc (qhx_inspect reads it back) and
+    run by qhx_generate on the simulator."""
     binary = qhx_generate()
     path = tiny_gguf("llama", name="tiny.gguf")
     out = tmp_path / "b"
@@ -96,6 +97,13 @@ def test_arch_all(tmp_path: Path, tiny_gguf: Callable[..., Path], capsys: pytest
             assert r.returncode == 0, r.stderr
             doc, _ = json.JSONDecoder().raw_decode(r.stdout)
             assert doc["binaries"][0]["soc_model"] == soc
+        # each arch's binaries run 4 tokens on the simulator, ids equal to the ORT loop's
+        from qhx_export.verify.loop import load_bundle
+        from qhx_export.verify.run import run_qhx
+
+        ids = [3, 7, 11]
+        got = run_qhx(binary, str(out / arch / "tiny.json"), ids, 4, None)
+        assert got == load_bundle(str(out / arch / "tiny.json")).generate(ids, 4), arch
 
 
 @pytest.mark.slow
@@ -201,3 +209,74 @@ def test_w4a16_u8_kv(
     assert params and all(len(v) == 1 and next(iter(v))[0] == "UFIXED_POINT_8" for v in params.values()), (
         params
     )
+
+
+def _qhx_json(binary: str, manifest: Path, ids: list[int], n: int, *extra: str) -> dict:
+    from qhx_export.verify.run import qnn_libdir
+
+    lib = qnn_libdir()
+    ids_file = manifest.parent / "prompt.ids"
+    ids_file.write_text(",".join(map(str, ids)))
+    r = subprocess.run(
+        [
+            binary,
+            str(manifest),
+            f"{lib}/libQnnHtp.so",
+            f"{lib}/libQnnSystem.so",
+            str(manifest.parent),
+            str(n),
+            *("--tokens-in", str(ids_file), "--ignore-eos", "--json", "-q", *extra),
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, LD_LIBRARY_PATH=lib),
+    )
+    assert r.returncode == 0, r.stderr[-500:]
+    doc, _ = json.JSONDecoder().raw_decode(r.stdout)
+    return doc
+
+
+def test_verify_graph_runs_speculation_and_is_estimated(
+    tmp_path: Path, tiny_gguf: Callable[..., Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--verify-rows: a quantized k-row graph over the decode cache in the bundle, sharing the
+    cache's quantization (qhx_generate refuses to load it otherwise); greedy ids equal to the
+    ORT loop, with and without --spec lookup. --estimate-verify adds the verify-k / decode cost
+    table without writing those graphs."""
+    binary = qhx_generate()
+    path = tiny_gguf("qwen2", name="tiny.gguf")
+    out = tmp_path / "b"
+    args = [str(path), "-o", str(out), "--arch", "v79", "--precision", "w8a16", "--ar", "6", "--ctx", "48"]
+    rc, lines, err = export([*args, "--verify-rows", "4", "--estimate", "--estimate-verify", "2,4"], capsys)
+    assert rc == 0, err
+    man_path = Path(lines[-1])
+    man = json.loads(man_path.read_text())
+    assert set(man["artifacts"]["contexts"]) == {"prefill", "verify", "decode", "lmhead"}
+    assert not list(out.glob("*est_verify*")), "estimate-only graphs must not be written"
+    ver = json.loads((out / "export-report.json").read_text())["estimate"]["verify_vs_decode"]
+    assert list(ver) == ["2", "4"] and all(
+        v["us"] > 0 and v["cost_in_decode_steps"] > 0 for v in ver.values()
+    )
+    # 9 prompt tokens: 6 through the prefill, the last 3 through the verify graph (qhx's plan and
+    # the ORT loop alike), so the ids check the verify graph's binding against the same binaries
+    ids = [5, 9, 13, 17, 21, 25, 5, 9, 13]
+    plain = _qhx_json(binary, man_path, ids, 8)
+    from qhx_export.verify.loop import load_bundle
+
+    assert plain["output_ids"] == load_bundle(str(man_path)).generate(ids, 8)
+    spec = _qhx_json(binary, man_path, ids, 8, "--spec", "lookup", "--spec-adaptive", "off")
+    assert spec["output_ids"] == plain["output_ids"]
+
+
+def test_estimate_only_writes_the_report_alone(
+    tmp_path: Path, tiny_gguf: Callable[..., Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tiny_gguf("llama", name="tiny.gguf")
+    out = tmp_path / "e"
+    args = [str(path), "-o", str(out), "--prefill", "none", "--ctx", "32", "--estimate-only"]
+    rc, lines, err = export([*args, "--estimate-verify", "3"], capsys)
+    assert rc == 0, err
+    assert lines[-1] == str(out / "export-report.json")
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "export-report.json"]
+    est = json.loads(Path(lines[-1]).read_text())["estimate"]
+    assert est["decode_ms_per_token"] > 0 and list(est["verify_vs_decode"]) == ["3"]

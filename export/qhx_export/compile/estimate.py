@@ -71,9 +71,15 @@ def estimate_graph(src: str, mode: str, work: str, tag: str) -> dict[str, Any]:
     return row if row is not None else {"error": "no Performance Estimates row in the profiling CSV"}
 
 
-def summarize(per_graph: dict[str, dict[str, Any]], decode_bytes: dict[str, int], ar: int) -> dict[str, Any]:
-    """Decode ms/token (decode + lm-head), prefill tok/s (AR rows per prefill + lm-head), and the
-    bandwidth the weight bytes imply."""
+def summarize(
+    per_graph: dict[str, dict[str, Any]],
+    decode_bytes: dict[str, int],
+    ar: int,
+    rows: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """Decode ms/token (decode + lm-head), prefill tok/s (AR rows per prefill + lm-head), the
+    bandwidth the weight bytes imply, and each verify graph's cost in decode steps (`rows`: the
+    verify roles' row counts)."""
     out: dict[str, Any] = {
         "soc_model": ESTIMATE_SOC,
         "graphs": per_graph,
@@ -88,4 +94,22 @@ def summarize(per_graph: dict[str, dict[str, Any]], decode_bytes: dict[str, int]
         out["implied_GB_per_s"] = round(w / (us * 1e-6) / 1e9, 1)
     if pf is not None and lm is not None:
         out["prefill_tok_per_s"] = round(ar / ((pf + lm) * 1e-6), 1)
+    if d is not None:
+        # speculative decoding: a k-row verify over the cache against one decode step (layers
+        # only; each read row adds an lm-head execute in both cases)
+        ver = {}
+        for role, row in per_graph.items():
+            if role == "verify" or role.startswith("est_verify_"):
+                if row.get("us") is not None:
+                    k = rows.get(role) if rows else None
+                    ver[str(k) if k is not None else role] = {
+                        "us": row["us"],
+                        "cost_in_decode_steps": round(row["us"] / d, 3),
+                    }
+        if ver:
+            out["verify_vs_decode"] = dict(sorted(ver.items(), key=lambda kv: _num(kv[0])))
     return out
+
+
+def _num(key: str) -> float:
+    return float(key) if key.isdigit() else float("inf")

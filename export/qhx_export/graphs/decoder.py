@@ -8,6 +8,7 @@ identically in qhx_generate):
            past_{k,v}_i [C, K] -> y [H], new_{k,v}_i [1, K]
   prefill  window: x [P, H], cos/sin [P, Dh], cmask [P, P] -> y [P, H], new_{k,v}_i [P, K]
            past:   + past_{k,v}_i [C, K], cmask [P, C + P]
+  verify   as prefill "past" with K rows (speculative decoding: K-1 drafts checked per execute)
   lmhead   hidden [H] -> logits [V]
 
 Design (from the seed bundles; each choice measured there):
@@ -56,9 +57,10 @@ class GraphOptions:
 
 
 def specs(
-    c: Config, name: str, ar: int, ctx: int, prefill: str, quantized: bool
+    c: Config, name: str, ar: int, ctx: int, prefill: str, quantized: bool, verify_rows: int | None = None
 ) -> dict[str, dict[str, Any]]:
-    """Graph I/O specs by role (decode, lmhead, prefill unless prefill == "none")."""
+    """Graph I/O specs by role (decode, lmhead, prefill unless prefill == "none", verify with
+    `verify_rows`: that many rows over the decode cache)."""
     from qhx_export.write.emu import EmuOptions, graphs_for
 
     p = {
@@ -75,6 +77,7 @@ def specs(
         io="ufixed16" if quantized else "f32",
         prefill=prefill,
         kv_layout="pos_major",
+        verify_rows=verify_rows,
     )
     return graphs_for(p, o, None)
 

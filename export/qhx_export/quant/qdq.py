@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from qhx_export import ExportError
-from qhx_export.graphs.decoder import FLOAT_NODES_KEY, WEIGHTS_KEY
+from qhx_export.graphs.decoder import FLOAT_NODES_KEY, WEIGHTS_KEY, save
 from qhx_export.verify.loop import Graph, Loop
 
 CALIB_MASK = -30000.0  # hidden-slot value in calibration feeds (sets cmask's range; < -1 = hidden)
@@ -35,10 +35,14 @@ def feeds_stream(
     make_loop: Callable[[], Loop], seqs: list[list[int]], role: str, max_decode: int
 ) -> Iterator[Feeds]:
     """Feeds of every execute of graph `role` while the float loop reads `seqs` (prefill: the
-    first AR tokens of each; decode and lmhead: up to `max_decode` steps in all, teacher-forced)."""
+    first AR tokens of each; decode and lmhead: up to `max_decode` steps in all, teacher-forced,
+    spread over every sequence; verify: chunks of its rows after the prompt, the same budget in
+    tokens). The other roles' prompt is the first half of a sequence (at most AR tokens), so
+    each sequence leaves steps to calibrate on."""
     loop = make_loop()
     g: Graph = loop.graphs[role]
     budget = max_decode
+    per_seq = max(1, max_decode // max(1, len(seqs)))
     for ids in seqs:
         if role != "prefill" and budget <= 0:
             return
@@ -51,13 +55,24 @@ def feeds_stream(
             loop.prefill_chunk(ids[:R])
             yield from captured
             continue
-        n0 = 1
+        n0 = 1  # without a prefill graph the first token goes through decode too
         if loop.pre is not None:
-            n0 = min(len(ids) - 1, loop.pre.inputs["x"].dims[0])
-            g.record = None
-            loop.run_prompt(ids[:n0])
-            g.record = captured
-        for t in ids[n0:]:
+            n0 = max(1, min(len(ids) // 2, loop.pre.inputs["x"].dims[0]))
+        g.record = None
+        loop.run_prompt(ids[:n0])
+        g.record = captured
+        if role.startswith(("verify", "est_verify")):  # teacher-forced chunks of its rows
+            R = g.inputs["x"].dims[0]
+            rest, left = ids[n0:], per_seq
+            while rest and budget > 0 and left > 0 and loop.pos + R <= loop.C:
+                loop.prefill_chunk(rest[:R], g)
+                rest = rest[R:]
+                budget -= R
+                left -= R
+                yield from captured
+                captured.clear()
+            continue
+        for t in ids[n0 : n0 + per_seq]:
             if budget <= 0 or loop.pos >= loop.C:
                 break
             loop.decode_step(int(t))
@@ -75,7 +90,8 @@ def minmax(src: str, feeds: Iterator[Feeds]) -> tuple[dict[str, tuple[float, flo
     import onnx
     import onnxruntime as ort
 
-    m = onnx.shape_inference.infer_shapes(onnx.load(src))
+    # weights stay on disk: a 1B model's float graph is past protobuf's 2 GB (external data)
+    m = onnx.shape_inference.infer_shapes(onnx.load(src, load_external_data=False))
     floats = {
         v.name
         for v in (*m.graph.value_info, *m.graph.output, *m.graph.input)
@@ -89,8 +105,17 @@ def minmax(src: str, feeds: Iterator[Feeds]) -> tuple[dict[str, tuple[float, flo
     )
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    external = any(onnx.external_data_helper.uses_external_data(t) for t in m.graph.initializer)
+    aug = src + ".calib.onnx"  # beside src, so its external data locations still resolve
+    if external:
+        onnx.save(m, aug)
+    model: str | bytes = aug if external else m.SerializeToString()
     del m
+    try:
+        sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    finally:
+        if external:
+            os.unlink(aug)
     inputs = [i.name for i in sess.get_inputs()]
     outs = [o.name for o in sess.get_outputs()]
     lo: dict[str, float] = {}
@@ -158,13 +183,15 @@ def quantize(
     overrides: dict[str, list[dict[str, Any]]] = {
         w: [{"axis": 1, "quant_type": wtype, "symmetric": True}] for w in weights
     }
-    if kv_u8:
-        # uint8 K/V I/O. A layer's cache input and its new rows share one range (tied);
-        # `kv_ranges` (tied_kv_ranges over every graph) ties them across graphs too.
+    if kv_u8 or kv_ranges is not None:
+        # A layer's cache input and its new rows share one range (tied); `kv_ranges`
+        # (tied_kv_ranges over every graph) ties them across graphs too, so a chunked prefill
+        # or a verify graph reads the decode cache in place (same scale and offset).
         shared = kv_ranges if kv_ranges is not None else tied_kv_ranges([ranges])
+        kv_type = QuantType.QUInt8 if kv_u8 else QuantType.QUInt16
         for t in [t for t in ranges if t.startswith(("past_", "new_"))]:
             lo, hi = shared[t.removeprefix("past_").removeprefix("new_")]
-            overrides[t] = [{"quant_type": QuantType.QUInt8, "rmin": np.float32(lo), "rmax": np.float32(hi)}]
+            overrides[t] = [{"quant_type": kv_type, "rmin": np.float32(lo), "rmax": np.float32(hi)}]
     cfg = get_qnn_qdq_config(
         src,
         None,  # type: ignore[arg-type]  # ranges come from the calibration cache below
@@ -276,5 +303,5 @@ def fixed_point_io(path: str) -> dict[str, tuple[float, int]]:
     keep = [n for n in g.node if n not in drop]
     del g.node[:]
     g.node.extend(keep)
-    onnx.save(m, path)
+    save(m, path)  # external data again past 1.5 GB
     return quant

@@ -105,7 +105,8 @@ class Loop:
             embed = np.fromfile(os.path.join(root, e["file"]), dt).reshape(-1, self.H)
         self.embed = embed
         self.inv = inv_freq(_RopeCfg(p["rope_theta"], self.Dh, p.get("rope_scaling")))  # type: ignore[arg-type]
-        self.pre, self.dec, self.lm = graphs.get("prefill"), graphs["decode"], graphs["lmhead"]
+        self.pre, self.dec, self.lm = graphs.get("prefill"), graphs["decode"], graphs.get("lmhead")
+        self.ver = graphs.get("verify")  # a few rows over the decode cache (speculative decoding)
         self.C = self.dec.inputs["cmask"].dims[0]
         self.neg_override = neg_override
         self.reset()
@@ -138,8 +139,9 @@ class Loop:
                 else:
                     dst[pos0 : pos0 + n] = di.encode(so.decode(rows))
 
-    def prefill_chunk(self, chunk: Sequence[int]) -> None:
-        g = self.pre
+    def prefill_chunk(self, chunk: Sequence[int], graph: Graph | None = None) -> None:
+        """Feed `chunk` through a rows graph: the prefill, or `graph` (the verify graph)."""
+        g = graph if graph is not None else self.pre
         assert g is not None
         H, n, pos0 = self.H, len(chunk), self.pos
         R = g.inputs["x"].dims[0]
@@ -182,6 +184,7 @@ class Loop:
 
     def logits(self) -> np.ndarray:
         assert self.hidden is not None
+        assert self.lm is not None, "a loop without an lm-head graph has no logits"
         name = next(iter(self.lm.inputs))
         self.lm.set(name, self.hidden)
         out = self.lm.run()
@@ -201,6 +204,12 @@ class Loop:
                     c = min(len(ids) - i, R)
                     self.prefill_chunk(ids[i : i + c])
                     i += c
+        if self.ver is not None:  # as qhx's plan: 2 or more tokens left go through verify
+            R = self.ver.inputs["x"].dims[0]
+            while len(ids) - i >= 2 and self.pos + min(len(ids) - i, R) <= self.C:
+                c = min(len(ids) - i, R)
+                self.prefill_chunk(ids[i : i + c], self.ver)
+                i += c
         for t in ids[i:]:
             self.decode_step(int(t))
 
@@ -229,12 +238,12 @@ class _RopeCfg:
 # ---- sessions ------------------------------------------------------------------------------------
 
 
-def cpu_graph(path: str) -> Graph:
+def cpu_graph(path: str, quant: dict[str, tuple[float, int]] | None = None) -> Graph:
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    return Graph(ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]), {})
+    return Graph(ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]), quant or {})
 
 
 def qnn_graph(path: str, qnn_opts: dict[str, str], quant: dict[str, tuple[float, int]]) -> Graph:
@@ -258,10 +267,10 @@ def load_bundle(man_path: str, twin: bool = False) -> Loop:
     real = man["source"]["real"]
     graphs = {}
     for role, ent in real["graphs"].items():
-        if twin:
-            graphs[role] = cpu_graph(os.path.join(root, "onnx", f"{role}.onnx"))
+        quant = {k: (float(v[0]), int(v[1])) for k, v in ent.get("quant", {}).items()}
+        if twin:  # the same fixed-point I/O: the kept graph is the compiled one
+            graphs[role] = cpu_graph(os.path.join(root, "onnx", f"{role}.onnx"), quant)
         else:
-            quant = {k: (float(v[0]), int(v[1])) for k, v in ent.get("quant", {}).items()}
             graphs[role] = qnn_graph(
                 os.path.join(root, ent["wrapper"]), real["qnn_options"][ent["precision"]], quant
             )

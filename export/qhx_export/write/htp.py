@@ -48,6 +48,9 @@ class HtpOptions:
     calib: str | None = None
     keep_onnx: bool = False
     estimate: bool = False
+    verify_rows: int | None = None  # also a K-row verify graph over the decode cache (--spec)
+    estimate_verify: list[int] = field(default_factory=list)  # verify row counts only estimated
+    estimate_only: bool = False  # the cost model's report, no bundle
     fmt: str = "qhx"  # qhx | genie | both
     model_name: str | None = None
     report: dict[str, Any] = field(default_factory=dict)  # filled while writing
@@ -84,16 +87,20 @@ def norm_prescale(ck: Checkpoint, seqs: list[list[int]]) -> tuple[float, float]:
 def build_graphs(
     ck: Checkpoint, o: HtpOptions, work: str, gopts: GraphOptions, tick: Callable[[], None]
 ) -> dict[str, str]:
-    """Float ONNX graphs by role -> path."""
+    """Float ONNX graphs by role -> path. Besides the bundle's roles, `est_verify_<k>` graphs
+    (k rows over the cache) for the estimate table of --estimate-verify."""
     c = ck.config
-    w = ck.weights()
-    sp = specs(c, o.name, o.ar, o.ctx, o.prefill, gopts.quantized)
+    sp = specs(c, o.name, o.ar, o.ctx, o.prefill, gopts.quantized, o.verify_rows)
+    for k in extra_verify_rows(o):
+        sp[f"est_verify_{k}"] = specs(c, o.name, o.ar, o.ctx, "none", gopts.quantized, k)["verify"]
     paths = {}
-    for role in ("prefill", "decode", "lmhead"):
+    for role in ("prefill", "verify", "decode", "lmhead", *(r for r in sp if r.startswith("est_"))):
         if role not in sp:
             continue
         fn = lmhead_graph if role == "lmhead" else layer_graph
-        m = fn(c, lambda n: np.asarray(w[n], np.float32), sp[role], gopts)
+        # each tensor read when the graph takes it and dropped after (no cache of every
+        # weight in f32: that alone is 7 GB for a 1.5B model)
+        m = fn(c, ck.float32, sp[role], gopts)
         paths[role] = os.path.join(work, f"{role}.onnx")
         save(m, paths[role])
         del m
@@ -101,10 +108,21 @@ def build_graphs(
     return paths
 
 
+def extra_verify_rows(o: HtpOptions) -> list[int]:
+    """--estimate-verify row counts that are not the bundle's own verify graph."""
+    return sorted({k for k in o.estimate_verify if k != o.verify_rows})
+
+
+def is_bundle_role(role: str) -> bool:
+    """False for graphs built only to be estimated."""
+    return not role.startswith("est_")
+
+
 # qhx_generate's manifest validator knows "llama" and "qwen2" (the name is only displayed: the
 # host work of a real bundle is the same for every family, QK-norm lives in the graphs); a Qwen3
 # bundle says "qwen2" there and "qwen3" in source.family
 HOST_ARCH = {"qwen3": "qwen2"}
+CALIB_STEPS = 512  # decode / verify / lm-head calibration steps, spread over the sequences
 MIXED_PEAK = 1024.0  # a residual stream wider than this keeps its adds and norms in fp16
 Compiled = dict[str, tuple[str, str, dict[str, tuple[float, int]]]]
 
@@ -150,18 +168,25 @@ def quantize_graphs(
     }
     emb = ck.float32("token_embd.weight").astype(np.float16)
 
-    def make_loop() -> Loop:
-        graphs = {r: cpu_graph(p) for r, p in paths.items()}
-        return Loop(man, work, graphs, neg_override=CALIB_MASK, embed=emb)
+    def make_loop(role: str) -> Callable[[], Loop]:
+        # only the graphs calibrating `role` needs: a 1B model's float graph is ~4 GB in ORT
+        need = {"prefill", "decode", role} | ({"lmhead"} if role == "lmhead" else set())
+        return lambda: Loop(
+            man,
+            work,
+            {r: cpu_graph(paths[r]) for r in paths if r in need},
+            neg_override=CALIB_MASK,
+            embed=emb,
+        )
 
     # w4a16: the lm-head too, with int8 per-channel weights (4-bit logits lose too much);
     # w8a16 keeps an fp16 lm-head
-    roles = [r for r in ("prefill", "decode") if r in paths] + (["lmhead"] if bits == 4 else [])
+    roles = [r for r in paths if r != "lmhead"] + (["lmhead"] if bits == 4 else [])
     ranges = {}
     tick = progress("calibrate", len(roles))
     for role in roles:
         t0 = time.monotonic()
-        ranges[role], _ = minmax(paths[role], feeds_stream(make_loop, seqs, role, max_decode=96))
+        ranges[role], _ = minmax(paths[role], feeds_stream(make_loop(role), seqs, role, CALIB_STEPS))
         log(f"calibrated {role} ({time.monotonic() - t0:.1f}s)")
         tick()
     kv_ranges = tied_kv_ranges([ranges[r] for r in roles if r != "lmhead"])
@@ -274,6 +299,8 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
                 "kv_dtype": o.kv_dtype,
                 "arches": o.arches,
                 "calib": o.calib or "built-in",
+                "verify_rows": o.verify_rows,
+                "estimate_verify": o.estimate_verify,
             },
             "stages": {},
         }
@@ -291,7 +318,7 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
     }
     work = os.path.join(root, ".work")
     os.makedirs(work, exist_ok=True)
-    n_roles = 2 + (o.prefill != "none")
+    n_roles = 2 + (o.prefill != "none") + (o.verify_rows is not None) + len(extra_verify_rows(o))
     paths = build_graphs(ck, o, work, gopts, progress("build graphs", n_roles)) if o.fmt != "genie" else {}
     o.report["stages"]["build_s"] = round(time.monotonic() - t0, 1)
     to_compile: dict[str, tuple[str, str, dict[str, tuple[float, int]]]]
@@ -309,7 +336,16 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
             per[role] = estimate_graph(pth, mode, work, role)
             log(f"estimate {role}: {per[role]} ({time.monotonic() - t1:.1f}s)")
             tick()
-        o.report["estimate"] = summarize(per, decode_bytes(ck, o), o.ar)
+        vrows = {f"est_verify_{k}": k for k in extra_verify_rows(o)}
+        if o.verify_rows is not None:
+            vrows["verify"] = o.verify_rows
+        o.report["estimate"] = summarize(per, decode_bytes(ck, o), o.ar, vrows)
+        for k, v in o.report["estimate"].get("verify_vs_decode", {}).items():
+            log(f"estimate: a {k}-row verify costs {v['cost_in_decode_steps']} decode steps")
+    if o.estimate_only:
+        shutil.rmtree(work, ignore_errors=True)
+        o.report["stages"]["total_s"] = round(time.monotonic() - t0, 1)
+        return []
 
     emb = np.ascontiguousarray(ck.float32("token_embd.weight").astype("<f2"))
     tok = ck.tokenizer_json()
@@ -339,8 +375,9 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
             "graphs": {},
         }
         refs: dict[str, Any] = {}
-        tick = progress(f"compile {arch}", len(to_compile))
-        for role, (pth, mode, quant) in to_compile.items():
+        bundle_roles = {r: v for r, v in to_compile.items() if is_bundle_role(r)}
+        tick = progress(f"compile {arch}", len(bundle_roles))
+        for role, (pth, mode, quant) in bundle_roles.items():
             t1 = time.monotonic()
             wrapper, binf, secs = qc.compile_graph(
                 pth, out, f"{o.name}_{role}", qc.qnn_options(arch, soc, mode)
@@ -362,7 +399,7 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
             f.write(tok)
         if o.keep_onnx:
             os.makedirs(os.path.join(out, "onnx"), exist_ok=True)
-            for role, (pth, _, _) in to_compile.items():
+            for role, (pth, _, _) in bundle_roles.items():
                 shutil.copyfile(pth, os.path.join(out, "onnx", f"{role}.onnx"))
         man = manifest(ck, o, arch, refs, real, files)
         mpath = os.path.join(out, f"{o.name}.json")

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Random-weight exports of the seed bundles' shapes (issue "qhx-export", outside CI: about an
+# hour on 2 cores): Llama-3.2-1B W8A16 and W4A16 (v79, AR=128, C=512, as the seed card) and
+# DeepSeek-R1-Distill-Qwen-1.5B fp16 (v81, C=1024). Per bundle: export wall time and peak RSS,
+# file sizes, Hextimate estimates per graph (soc 72; the Llama W8A16 run also estimates verify
+# graphs of 2, 4, 8 and 16 rows for speculative decoding), and qhx_generate on the x86 HTP
+# simulator for a prompt + 2 decode steps with ids equal to the ORT loop over the same binaries.
+#
+#   scripts/export-seed-shapes.sh [--only TAG ...] [--layers N]     (results: target/seed-shapes/)
+#
+# --layers N cuts every shape to N layers (a quick check of the pipeline). The random
+# checkpoints are cached under $QHX_CACHE/seed (2.5 and 3.5 GB).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cache=$("$root/scripts/fetch-assets.sh" llama3tok dsr1 | tail -n 1)
+py=$("$root/scripts/qnn-libs.sh" --python | tail -n 1)
+"$root/scripts/qhx-export.sh" --version >/dev/null  # installs export/ into the venv on first use
+[[ -x "${QHX_GENERATE:-$root/target/release/qhx_generate}" ]] ||
+    { echo "export-seed-shapes: build qhx_generate first (cargo build --release)" >&2; exit 1; }
+export QHX_CACHE=$cache
+exec nice -n 10 "$py" "$root/scripts/seed_shapes.py" "$root/target/seed-shapes" "$@"
