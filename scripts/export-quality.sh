@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Quality of exported SmolLM2-135M bundles (issue "qhx-export", outside CI: ~30 min on 2 cores):
+# fp16 / w8a16 / w4a16, teacher-forced top-1 agreement with HF transformers fp32 on the 8 parity
+# prompts x 32 tokens (tests/goldens/parity/smollm2_*.json), weight bytes per decode token, and
+# the cost model's decode ms/token (Hextimate, soc 72: an estimate, not a phone figure). The
+# table runs each bundle's graphs on ORT's CPU EP; qhx_generate on the x86 HTP simulator runs the
+# first 2 prompts the same way and must agree with that CPU loop on >= 95 % of the steps.
+#
+#   scripts/export-quality.sh [--precision fp16 w8a16 w4a16] [--sim-prompts N] [--reuse]
+#                                                         (results: target/export-quality/)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cache=$("$root/scripts/fetch-assets.sh" smollm2 | tail -n 1)
+py=$("$root/scripts/qnn-libs.sh" --python | tail -n 1)
+"$root/scripts/qhx-export.sh" --version >/dev/null  # installs export/ into the venv on first use
+[[ -x "${QHX_GENERATE:-$root/target/release/qhx_generate}" ]] ||
+    { echo "export-quality: build qhx_generate first (cargo build --release)" >&2; exit 1; }
+export QHX_CACHE=$cache
+exec nice -n 10 "$py" "$root/scripts/export_quality.py" "$root/target/export-quality" "$@"
