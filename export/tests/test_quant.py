@@ -76,12 +76,19 @@ def test_per_channel_qdq(tmp_path: Path, bits: int) -> None:
         (dq,) = [d for d in m.graph.node if d.output[0] == n.input[1]] or [None]
         if dq is None or dq.op_type != "DequantizeLinear" or dq.input[0] not in inits:
             continue  # an activation x activation MatMul (attention)
-        q, scale, zp = (inits[dq.input[k]] for k in range(3))
-        axis = next(a.i for a in dq.attribute if a.name == "axis")
-        assert axis == 1 and scale.shape == (q.shape[1],) and not np.any(zp)
-        assert q.dtype == (
-            np.int8 if bits == 8 else onnx.helper.tensor_dtype_to_np_dtype(onnx.TensorProto.INT4)
-        )
+        attrs = {a.name: a.i for a in dq.attribute}
+        if bits == 4:  # LPBQ: int4 blocks of 32 rows, scales from a uint8 (1..15) x per-channel DQ
+            q, zp = inits[dq.input[0]], inits[dq.input[2]]
+            assert attrs == {"axis": 0, "block_size": 32} and not np.any(zp)
+            assert q.dtype == onnx.helper.tensor_dtype_to_np_dtype(onnx.TensorProto.INT4)
+            (sdq,) = [d for d in m.graph.node if d.output[0] == dq.input[1]]
+            k, ch = inits[sdq.input[0]], inits[sdq.input[1]]
+            assert k.dtype == np.uint8 and k.min() >= 1 and k.max() <= 15
+            assert k.shape == (q.shape[0] // 32, q.shape[1]) and ch.shape == (q.shape[1],)
+        else:
+            q, scale, zp = (inits[dq.input[k]] for k in range(3))
+            assert attrs["axis"] == 1 and scale.shape == (q.shape[1],) and not np.any(zp)
+            assert q.dtype == np.int8
         mm_weights += 1
     assert mm_weights == 7 * c.n_layers
     # mixed precision: a tensor between float nodes only (the residual stream, inside the RMSNorms)
@@ -126,3 +133,24 @@ def test_quantized_decode_tracks_float(tmp_path: Path) -> None:
     assert f.hidden is not None and q.hidden is not None
     err = np.abs(f.hidden - q.hidden).max() / np.abs(f.hidden).max()
     assert err < 0.05, err
+
+
+def test_lpbq_blocks_hold_every_value() -> None:
+    """The block form the HTP runs: 4-bit multipliers k (1..15) of a per-channel scale, no value
+    clipped, each within half a step of its block's scale; a block of small weights keeps a
+    finer step than per-channel int4 would give it."""
+    from qhx_export.quant.lpbq import block_int4
+
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((128, 24)).astype(np.float32) * 0.02
+    w[5, 3] = 0.9  # an outlier in block 0 of column 3
+    q, k, ch = block_int4(w)
+    assert q.min() >= -8 and q.max() <= 7 and k.min() >= 1 and k.max() <= 15
+    scale = np.repeat(ch[None, :] * k, 32, axis=0)
+    assert np.all(np.abs(q * scale - w) <= scale / 2 + 1e-7)
+    assert k[1:, 3].max() < k[0, 3] == 15  # the other blocks of column 3 are not at the outlier's step
+    err_block = np.abs(q * scale - w)[32:, 3].max()
+    per_channel = np.abs(w[:, 3]).max() / 7
+    assert err_block < per_channel / 4
+    with pytest.raises(ExportError, match="multiple of the block"):
+        block_int4(w[:100])

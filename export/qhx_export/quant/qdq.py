@@ -5,7 +5,8 @@
   (a generator, so the K/V caches of hundreds of steps are never held at once).
 * Weights: every MatMul weight gets one symmetric scale per output column (DequantizeLinear
   axis 1, zero point 0) through `init_overrides` (onnxruntime's `get_qnn_qdq_config(per_channel=True)`
-  covers only Conv); int8 (w8a16) or int4 (w4a16, opset 21).
+  covers only Conv); int8 (w8a16), or int4 (w4a16, opset 21) rewritten into blocks of 32 with
+  4-bit block multipliers of a per-channel scale (quant/lpbq.py: the form the HTP runs).
 * Activations: uint16. Mixed precision keeps the residual adds and per-layer RMSNorms in float:
   they run in fp16 on the HTP (SmolLM2's residual stream spans ~22,000 next to values near 1).
 * Graph I/O: the QuantizeLinear after each input and DequantizeLinear before each output are
@@ -228,6 +229,10 @@ def quantize(
             )
     finally:
         os.unlink(cache)
+    if weight_bits == 4:  # per-channel int4 -> the HTP's block-quantized form (quant/lpbq.py)
+        from qhx_export.quant import lpbq
+
+        lpbq.apply(src, dst, WEIGHTS_KEY)
 
 
 @contextlib.contextmanager

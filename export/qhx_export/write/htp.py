@@ -26,6 +26,7 @@ import numpy as np
 from qhx_export import ExportError, NotImplementedYet, __version__
 from qhx_export.compile import htp as qc
 from qhx_export.graphs import GraphOptions, layer_graph, lmhead_graph, save, specs
+from qhx_export.quant.lpbq import BLOCK as LPBQ_BLOCK
 from qhx_export.read.base import Checkpoint, sha256_file
 from qhx_export.write.files import atomic_open
 
@@ -206,7 +207,10 @@ def quantize_graphs(
     if "lmhead" not in out:
         out["lmhead"] = (paths["lmhead"], "fp16", {})
     o.report["quantization"] = {
-        "weights": f"int{bits} symmetric per output channel (MatMul)",
+        "weights": "int8 symmetric per output channel (MatMul)"
+        if bits == 8
+        else f"int4 symmetric, blocks of {LPBQ_BLOCK} input rows: 4-bit multipliers of a per-channel "
+        "scale (QNN LPBQ)",
         "activations": "uint16 asymmetric (MinMax)",
         "mixed_fp16": mixed,
         "lmhead": "int8 per channel, uint16 activations" if bits == 4 else "fp16",
