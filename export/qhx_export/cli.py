@@ -84,9 +84,9 @@ def parser() -> argparse.ArgumentParser:
         default="qhx",
         help="qhx manifest, Genie config, or both (default qhx)",
     )
+    ap.add_argument("--name", help="file / graph name prefix (default: from the input's name)")
+    ap.add_argument("--model-name", help="manifest model.name (default: from the input's name)")
     emu = ap.add_argument_group("--target emu")
-    emu.add_argument("--name", help="file / graph name prefix (default: from the input's name)")
-    emu.add_argument("--model-name", help="manifest model.name (default: from the input's name)")
     emu.add_argument("--io", choices=("f32", "f16", "ufixed16"), default="f32", help="graph I/O dtype")
     emu.add_argument("--embed-dtype", choices=("f32", "f16"), default="f32")
     emu.add_argument(

@@ -152,8 +152,9 @@ def quantize_graphs(
     c = ck.config
     bits = 4 if o.precision == "w4a16" else 8
     mixed = peak > MIXED_PEAK
+    wdesc = "int8 per-channel" if bits == 8 else f"int4 LPBQ (blocks of {LPBQ_BLOCK})"
     log(
-        f"{o.precision}: int{bits} per-channel weights, uint16 activations"
+        f"{o.precision}: {wdesc} weights, uint16 activations"
         f"{f'; residual adds and RMSNorms in fp16 (residual peak {peak:.0f})' if mixed else ''}; "
         f"calibrating on {len(seqs)} sequences"
     )
