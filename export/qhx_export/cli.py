@@ -24,6 +24,8 @@ from typing import Any, NoReturn
 from qhx_export import ExportError, NotImplementedYet, __version__
 
 ARCHES = ("v73", "v75", "v79", "v81")
+WEIGHT_KINDS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
+DEFAULT_FP16_WEIGHTS = ("attn_v",)
 SOC_DEFAULT = {"v73": 57, "v75": 60, "v79": 69, "v81": 87}  # SM8550, SM8650, SM8750, SM8850
 EXIT_BAD_INPUT, EXIT_NOT_IMPLEMENTED, EXIT_INTERNAL, EXIT_VERIFY, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
 
@@ -118,6 +120,14 @@ def parser() -> argparse.ArgumentParser:
         "prefill tok/s estimates (not phone measurements)",
     )
     htp.add_argument(
+        "--fp16-weights",
+        metavar="KINDS",
+        type=_weight_kinds,
+        help="w8a16 / w4a16: weight kinds kept fp16, comma-separated from "
+        f"{','.join(WEIGHT_KINDS)}, or none (default attn_v: the V projection, ~3%% of a layer's "
+        "weights, is the one SmolLM2's agreement is most sensitive to)",
+    )
+    htp.add_argument(
         "--estimate-verify",
         metavar="K,K,...",
         type=_row_list,
@@ -138,6 +148,16 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--version", action="version", version=f"qhx-export {__version__}")
     return ap
+
+
+def _weight_kinds(text: str) -> tuple[str, ...]:
+    if text == "none":
+        return ()
+    kinds = tuple(k for k in text.split(",") if k)
+    bad = [k for k in kinds if k not in WEIGHT_KINDS]
+    if bad or not kinds:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected none or kinds from {', '.join(WEIGHT_KINDS)}")
+    return kinds
 
 
 def _row_list(text: str) -> list[int]:
@@ -250,6 +270,7 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
         estimate_only=a.estimate_only,
         verify_rows=a.verify_rows,
         estimate_verify=a.estimate_verify,
+        fp16_weights=DEFAULT_FP16_WEIGHTS if a.fp16_weights is None else a.fp16_weights,
         fmt=a.format,
         model_name=a.model_name,
     )
@@ -298,6 +319,7 @@ def _export_emu(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
         ("--estimate-verify", bool(a.estimate_verify)),
         ("--verify", a.verify),
         ("--keep-onnx", a.keep_onnx),
+        ("--fp16-weights", a.fp16_weights is not None),
     ):
         if val:
             raise ExportError(f"{opt} is an option of --target htp")

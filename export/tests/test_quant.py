@@ -154,3 +154,37 @@ def test_lpbq_blocks_hold_every_value() -> None:
     assert err_block < per_channel / 4
     with pytest.raises(ExportError, match="multiple of the block"):
         block_int4(w[:100])
+
+
+def test_fp16_weights_stay_out_of_quantization(tmp_path: Path) -> None:
+    """--fp16-weights attn_v: the V projections (and their bias adds) are not quantized; every
+    other MatMul weight is."""
+    c = tiny_config("qwen2")
+    w = tiny_weights(c, 4)
+    sp = specs(c, "t", 4, 32, "window", True)
+    src = str(tmp_path / "decode.onnx")
+    save(
+        layer_graph(c, lambda n: w[n], sp["decode"], GraphOptions(quantized=True, fp16_weights=("attn_v",))),
+        src,
+    )
+    rng = np.random.default_rng(0)
+    seqs = [list(rng.integers(0, c.vocab, 12)) for _ in range(4)]
+    ranges, _ = minmax(src, feeds_stream(lambda: _loop(c, {"decode": src}, w), seqs, "decode", 20))
+    dst = str(tmp_path / "decode.qdq.onnx")
+    quantize(src, dst, ranges, 8, False)
+    m = onnx.load(dst)
+    inits = {i.name: i for i in m.graph.initializer}
+    made_by = {o: n for n in m.graph.node for o in n.output}
+    float_w = [n for n in m.graph.node if n.op_type == "MatMul" and n.input[1] in inits]
+    dq_w = [
+        n
+        for n in m.graph.node
+        if n.op_type == "MatMul"
+        and made_by.get(n.input[1]) is not None
+        and made_by[n.input[1]].op_type == "DequantizeLinear"
+        and made_by[n.input[1]].input[0] in inits
+    ]
+    assert len(float_w) == c.n_layers and len(dq_w) == 6 * c.n_layers
+    for n in float_w:
+        assert inits[n.input[1]].data_type == onnx.TensorProto.FLOAT
+        assert list(inits[n.input[1]].dims) == [c.hidden, c.kv_rows]

@@ -22,6 +22,7 @@ class Builder:
         self.n = 0
         self.float_nodes: list[str] = []
         self.weights: list[str] = []  # MatMul weight initializers ([in, out]): per-channel axis 1
+        self.fp16_nodes: list[str] = []  # MatMuls (and bias adds) whose weights stay fp16
 
     def name(self, hint: str) -> str:
         self.n += 1
@@ -74,12 +75,21 @@ class Builder:
         self.float_nodes.append(self.nodes[-1].name)
         return y
 
-    def linear(self, x: str, w: np.ndarray, b: np.ndarray | None = None, hint: str = "w") -> str:
-        """x @ w.T (+ b); w is [out, in] (PyTorch order)."""
+    def linear(
+        self, x: str, w: np.ndarray, b: np.ndarray | None = None, hint: str = "w", fp16: bool = False
+    ) -> str:
+        """x @ w.T (+ b); w is [out, in] (PyTorch order). `fp16`: a quantized graph keeps this
+        weight (and the bias add) in float, run in fp16 on the HTP."""
         wn = self.const(np.ascontiguousarray(w.T.astype(np.float32)), hint)
-        self.weights.append(wn)
+        k = len(self.nodes)
+        if not fp16:
+            self.weights.append(wn)
         y = self.op("MatMul", [x, wn])
-        return self.op("Add", [y, self.const(b.astype(np.float32), "b")]) if b is not None else y
+        if b is not None:
+            y = self.op("Add", [y, self.const(b.astype(np.float32), "b")])
+        if fp16:
+            self.fp16_nodes += [n.name for n in self.nodes[k:]]
+        return y
 
     def rope(self, x: str, cos: str, sin: str, dh: int) -> str:
         """Rotate-half RoPE: x*cos + [-x2, x1]*sin (cos/sin broadcast over heads)."""

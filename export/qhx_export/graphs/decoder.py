@@ -44,6 +44,7 @@ from qhx_export.graphs.builder import OPSET, Builder, value_info
 
 FLOAT_NODES_KEY = "qhx_float_nodes"  # model property: nodes mixed precision keeps in float
 WEIGHTS_KEY = "qhx_matmul_weights"  # model property: MatMul weight initializers (axis 1 = output)
+FP16_NODES_KEY = "qhx_fp16_nodes"  # model property: MatMuls a quantized graph keeps in fp16
 QUANT_MASK_FLOOR = -60.0
 
 WeightFn = Callable[[str], np.ndarray]
@@ -54,6 +55,7 @@ class GraphOptions:
     quantized: bool = False  # QDQ graphs: mask floor, a Mul by 1 on every input
     prescale: float = 1.0  # RMSNorm input scale (a power of two)
     fold_q_scale: bool = True  # 1/sqrt(Dh) into the q projection
+    fp16_weights: tuple[str, ...] = ()  # quantized graphs: weight kinds kept fp16 ("attn_v", ...)
 
 
 def specs(
@@ -92,7 +94,9 @@ def _finish(b: Builder, spec: dict[str, Any], props: dict[str, str]) -> onnx.Mod
     )
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="qhx-export")
     m.ir_version = 10
-    helper.set_model_props(m, {**props, WEIGHTS_KEY: json.dumps(b.weights)})
+    helper.set_model_props(
+        m, {**props, WEIGHTS_KEY: json.dumps(b.weights), FP16_NODES_KEY: json.dumps(b.fp16_nodes)}
+    )
     return m
 
 
@@ -117,17 +121,30 @@ def decoder_layer(
     g_ = nh // nkv
     qscale = np.float32(1.0 / math.sqrt(Dh)) if o.fold_q_scale else np.float32(1.0)
     p = f"blk.{i}."
+
+    def keep(kind: str) -> bool:
+        return o.quantized and kind in o.fp16_weights
+
     n = b.rmsnorm(x, w(p + "attn_norm.weight"), c.rms_eps, o.prescale)
     qw, qb = w(p + "attn_q.weight"), w(p + "attn_q.bias") if c.qkv_bias else None
     if not c.qk_norm:  # fold the score scale into q (RoPE is linear)
         qw = qw * qscale
         qb = qb * qscale if qb is not None else None
-    q = b.reshape(b.linear(n, qw, qb), [R, nh, Dh])
+    q = b.reshape(b.linear(n, qw, qb, fp16=keep("attn_q")), [R, nh, Dh])
     k = b.reshape(
-        b.linear(n, w(p + "attn_k.weight"), w(p + "attn_k.bias") if c.qkv_bias else None), [R, nkv, Dh]
+        b.linear(
+            n, w(p + "attn_k.weight"), w(p + "attn_k.bias") if c.qkv_bias else None, fp16=keep("attn_k")
+        ),
+        [R, nkv, Dh],
     )
     v = b.reshape(
-        b.linear(n, w(p + "attn_v.weight"), w(p + "attn_v.bias") if c.qkv_bias else None), [R, nkv, Dh]
+        b.linear(
+            n,
+            w(p + "attn_v.weight"),
+            w(p + "attn_v.bias") if c.qkv_bias else None,
+            fp16=keep("attn_v"),
+        ),
+        [R, nkv, Dh],
     )
     if c.qk_norm:  # Qwen3: per-head RMSNorm of q and k before RoPE; the q scale goes in its weight
         q = b.rmsnorm(q, w(p + "attn_q_norm.weight") * qscale, c.rms_eps, mixed=False)
@@ -147,12 +164,12 @@ def decoder_layer(
     else:
         o_ = b.op("MatMul", [b.op("Softmax", [s_self], axis=-1), v_self])
     o_ = b.reshape(b.transpose(b.reshape(o_, [nh, R, Dh]), [1, 0, 2]), [R, c.q_rows])
-    x = b.residual(x, b.linear(o_, w(p + "attn_output.weight")))
+    x = b.residual(x, b.linear(o_, w(p + "attn_output.weight"), fp16=keep("attn_output")))
     n = b.rmsnorm(x, w(p + "ffn_norm.weight"), c.rms_eps, o.prescale)
-    gate = b.linear(n, w(p + "ffn_gate.weight"))
-    up = b.linear(n, w(p + "ffn_up.weight"))
+    gate = b.linear(n, w(p + "ffn_gate.weight"), fp16=keep("ffn_gate"))
+    up = b.linear(n, w(p + "ffn_up.weight"), fp16=keep("ffn_up"))
     act = b.op("Mul", [b.op("Mul", [gate, b.op("Sigmoid", [gate])]), up])
-    x = b.residual(x, b.linear(act, w(p + "ffn_down.weight")))
+    x = b.residual(x, b.linear(act, w(p + "ffn_down.weight"), fp16=keep("ffn_down")))
     return x, k, v
 
 

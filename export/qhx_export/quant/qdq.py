@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from qhx_export import ExportError
-from qhx_export.graphs.decoder import FLOAT_NODES_KEY, WEIGHTS_KEY, save
+from qhx_export.graphs.decoder import FLOAT_NODES_KEY, FP16_NODES_KEY, WEIGHTS_KEY, save
 from qhx_export.verify.loop import Graph, Loop
 
 CALIB_MASK = -30000.0  # hidden-slot value in calibration feeds (sets cmask's range; < -1 = hidden)
@@ -164,6 +164,7 @@ def quantize(
     props = {p.key: p.value for p in m.metadata_props}
     weights = json.loads(props.get(WEIGHTS_KEY, "[]"))
     exclude = json.loads(props.get(FLOAT_NODES_KEY, "[]")) if mixed else []
+    exclude += json.loads(props.get(FP16_NODES_KEY, "[]"))  # weights kept fp16 (--fp16-weights)
     # A tensor between float nodes only must get no range override: ORT would quantize it
     ex = set(exclude)
     made_by = {o: n.name for n in m.graph.node for o in n.output}

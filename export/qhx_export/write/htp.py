@@ -52,6 +52,7 @@ class HtpOptions:
     verify_rows: int | None = None  # also a K-row verify graph over the decode cache (--spec)
     estimate_verify: list[int] = field(default_factory=list)  # verify row counts only estimated
     estimate_only: bool = False  # the cost model's report, no bundle
+    fp16_weights: tuple[str, ...] = ()  # quantized precisions: weight kinds kept fp16
     fmt: str = "qhx"  # qhx | genie | both
     model_name: str | None = None
     report: dict[str, Any] = field(default_factory=dict)  # filled while writing
@@ -202,7 +203,8 @@ def quantize_graphs(
             paths[role], dst, ranges[role], rbits, mixed and role != "lmhead", o.kv_dtype == "u8", kv_ranges
         )
         quant = fixed_point_io(dst)
-        out[role] = (dst, "mixed" if mixed and role != "lmhead" else "quant", quant)
+        fp16_inside = (mixed or bool(o.fp16_weights)) and role != "lmhead"
+        out[role] = (dst, "mixed" if fp16_inside else "quant", quant)
         log(f"quantized {role} ({time.monotonic() - t0:.1f}s)")
         tick()
     if "lmhead" not in out:
@@ -214,6 +216,7 @@ def quantize_graphs(
         "scale (QNN LPBQ)",
         "activations": "uint16 asymmetric (MinMax)",
         "mixed_fp16": mixed,
+        "fp16_weights": list(o.fp16_weights),
         "lmhead": "int8 per channel, uint16 activations" if bits == 4 else "fp16",
         "kv_cache": "uint8, input and output ranges tied per layer" if o.kv_dtype == "u8" else "uint16",
         "calibration_sequences": len(seqs),
@@ -314,7 +317,9 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
     prescale, peak = norm_prescale(ck, seqs[:4])
     log(f"residual stream peak |x| {peak:.0f} over 4 calibration sequences: RMSNorm prescale {prescale:g}")
     quantized = o.precision != "fp16"
-    gopts = GraphOptions(quantized=quantized, prescale=prescale)
+    gopts = GraphOptions(
+        quantized=quantized, prescale=prescale, fp16_weights=o.fp16_weights if quantized else ()
+    )
     o.report["graph"] = {
         "norm_prescale": prescale,
         "residual_peak": peak,
@@ -430,11 +435,21 @@ def decode_bytes(ck: Checkpoint, o: HtpOptions) -> dict[str, int]:
     c = ck.config
     wbits = {"fp16": 16, "w8a16": 8, "w4a16": 4}[o.precision]
     hbits = 16 if o.precision != "w4a16" else 8
-    per_layer = c.hidden * (c.q_rows + 2 * c.kv_rows) + c.q_rows * c.hidden + 3 * c.hidden * c.ffn
+    sizes = {
+        "attn_q": c.hidden * c.q_rows,
+        "attn_k": c.hidden * c.kv_rows,
+        "attn_v": c.hidden * c.kv_rows,
+        "attn_output": c.q_rows * c.hidden,
+        "ffn_gate": c.hidden * c.ffn,
+        "ffn_up": c.hidden * c.ffn,
+        "ffn_down": c.hidden * c.ffn,
+    }
+    kept = set(o.fp16_weights) if o.precision != "fp16" else set()
+    per_layer_bits = sum(n * (16 if k in kept else wbits) for k, n in sizes.items())
     # K/V graph I/O element: float32 in fp16 graphs (FLOAT_32 I/O), uint16 quantized, uint8 with u8
     kv_elem = 1 if o.kv_dtype == "u8" else (4 if o.precision == "fp16" else 2)
     kv = 2 * c.n_layers * o.ctx * c.kv_rows * kv_elem
-    layers = c.n_layers * per_layer * wbits // 8
+    layers = c.n_layers * per_layer_bits // 8
     head = c.vocab * c.hidden * hbits // 8
     return {"layer_weights": layers, "lmhead_weights": head, "kv_cache_read": kv, "total": layers + head + kv}
 
