@@ -9,11 +9,6 @@
 #   scripts/export-quality.sh [--precision fp16 w8a16 w4a16] [--sim-prompts N] [--reuse]
 #                                                         (results: target/export-quality/)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-cache=$("$root/scripts/fetch-assets.sh" smollm2 | tail -n 1)
-py=$("$root/scripts/qnn-libs.sh" --python | tail -n 1)
-"$root/scripts/qhx-export.sh" --version >/dev/null  # installs export/ into the venv on first use
-[[ -x "${QHX_GENERATE:-$root/target/release/qhx_generate}" ]] ||
-    { echo "export-quality: build qhx_generate first (cargo build --release)" >&2; exit 1; }
-export QHX_CACHE=$cache
+source "$(dirname "$0")/export-env.sh"
+export_env export-quality smollm2
 exec nice -n 10 "$py" "$root/scripts/export_quality.py" "$root/target/export-quality" "$@"

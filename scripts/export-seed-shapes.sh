@@ -11,11 +11,6 @@
 # --layers N cuts every shape to N layers (a quick check of the pipeline). The random
 # checkpoints are cached under $QHX_CACHE/seed (2.5 and 3.5 GB).
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-cache=$("$root/scripts/fetch-assets.sh" llama3tok dsr1 | tail -n 1)
-py=$("$root/scripts/qnn-libs.sh" --python | tail -n 1)
-"$root/scripts/qhx-export.sh" --version >/dev/null  # installs export/ into the venv on first use
-[[ -x "${QHX_GENERATE:-$root/target/release/qhx_generate}" ]] ||
-    { echo "export-seed-shapes: build qhx_generate first (cargo build --release)" >&2; exit 1; }
-export QHX_CACHE=$cache
+source "$(dirname "$0")/export-env.sh"
+export_env export-seed-shapes llama3tok dsr1
 exec nice -n 10 "$py" "$root/scripts/seed_shapes.py" "$root/target/seed-shapes" "$@"

@@ -7,10 +7,7 @@
 #
 #   scripts/export-slow.sh [PYTEST ARGS...]        e.g. -k w8a16
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-py=$("$root/scripts/qnn-libs.sh" --python | tail -n 1)
-"$root/scripts/qhx-export.sh" --version >/dev/null  # installs export/ into the venv on first use
-[[ -x "${QHX_GENERATE:-$root/target/release/qhx_generate}" ]] ||
-    { echo "export-slow: build qhx_generate first (cargo build --release)" >&2; exit 1; }
+source "$(dirname "$0")/export-env.sh"
+export_env export-slow smollm2
 cd "$root/export"
 exec nice -n 10 "$py" -m pytest -m slow -q --durations=0 tests "$@"
