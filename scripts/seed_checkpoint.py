@@ -80,6 +80,16 @@ def log(msg: str) -> None:
     print(f"seed-checkpoint: {msg}", file=sys.stderr, flush=True)
 
 
+def fit_vocab(tok_json: bytes, vocab: int) -> bytes:
+    """The tokenizer without ids past the model's vocabulary: the DeepSeek metadata comes from the
+    7B GGUF, whose 152,064 entries pad the 151,665 real tokens; the 1.5B has 151,936 rows."""
+    tok = json.loads(tok_json)
+    model = tok["model"]
+    model["vocab"] = {t: i for t, i in model["vocab"].items() if i < vocab}
+    tok["added_tokens"] = [a for a in tok.get("added_tokens", []) if a["id"] < vocab]
+    return json.dumps(tok, ensure_ascii=False).encode("utf-8")
+
+
 def tokenizer(preset: str, cache: str) -> bytes:
     if preset == "llama-3.2-1b":
         with open(os.path.join(cache, "assets/llama3tok/tokenizer.json"), "rb") as f:
@@ -98,7 +108,7 @@ def write(preset: str, out: str, layers: int | None, seed: int, cache: str) -> N
     if layers is not None:
         c = replace(c, n_layers=layers)
     fam = registered()[c.family]
-    stamp = json.dumps({"preset": preset, "layers": c.n_layers, "seed": seed, "v": 1})
+    stamp = json.dumps({"preset": preset, "layers": c.n_layers, "seed": seed, "v": 2})
     if os.path.isfile(os.path.join(out, "seed-stamp.json")):
         with open(os.path.join(out, "seed-stamp.json"), encoding="utf-8") as f:
             if f.read() == stamp:
@@ -113,7 +123,7 @@ def write(preset: str, out: str, layers: int | None, seed: int, cache: str) -> N
     with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
         json.dump(hf, f, indent=2)
     with open(os.path.join(tmp, "tokenizer.json"), "wb") as f:
-        f.write(tokenizer(preset, cache))
+        f.write(fit_vocab(tokenizer(preset, cache), c.vocab))
     tok_cfg = {"add_bos_token": preset != "llama-3.2-1b", "bos_token": None, "eos_token": None}
     with open(os.path.join(tmp, "tokenizer_config.json"), "w", encoding="utf-8") as f:
         json.dump(tok_cfg, f)
