@@ -1,8 +1,14 @@
-"""GGUF tokenizer metadata (`tokenizer.ggml.*`) -> a HF `tokenizers` JSON (byte-level BPE).
+"""GGUF tokenizer metadata (`tokenizer.ggml.*`) -> a HF `tokenizers` JSON.
 
-Moved here from scripts/make_bundle.py (build_tokenizer / bos_eos_template): the output is built
-to encode like transformers' own GGUF tokenizer conversion, and is byte-identical to what that
-script wrote (json.dumps(..., ensure_ascii=False, indent=1)).
+Two vocabularies, chosen by `tokenizer.ggml.model`:
+* "gpt2": byte-level BPE (`build_bpe_tokenizer`). Moved here from scripts/make_bundle.py
+  (build_tokenizer / bos_eos_template); byte-identical to what that script wrote
+  (json.dumps(..., ensure_ascii=False, indent=1)).
+* "llama" in a Gemma GGUF (architecture gemma / gemma2 / gemma3): SentencePiece-style BPE with
+  byte fallback (`build_gemma_tokenizer`). The file has no merges; they are rebuilt from the
+  vocabulary order.
+Both are built to encode like transformers' own GGUF tokenizer conversion
+(`AutoTokenizer.from_pretrained(dir, gguf_file=...)`).
 """
 
 from __future__ import annotations
@@ -16,6 +22,10 @@ from qhx_export import ExportError
 
 # GGUF token types (llama.cpp llama_token_type)
 TOKEN_CONTROL, TOKEN_USER_DEFINED = 3, 4
+# Architectures whose "llama" (SentencePiece) vocabulary is Gemma's: BPE, byte fallback, no
+# prefix space, spaces spelled U+2581.
+GEMMA_ARCHES = ("gemma", "gemma2", "gemma3")
+SPIECE_SPACE = "\u2581"
 
 # Split patterns for `tokenizer.ggml.pre` values whose merges were learned with a split other
 # than GPT-2's (which ByteLevel(use_regex=True) applies by itself).
@@ -63,10 +73,19 @@ def _need(meta: Mapping[str, Any], key: str, where: str) -> Any:
 def build_tokenizer(meta: Mapping[str, Any], where: str, warn: Warn = _stderr_warn) -> dict[str, Any]:
     """A `tokenizers` JSON object from the GGUF's tokenizer metadata."""
     kind = meta.get("tokenizer.ggml.model")
-    if kind != "gpt2":
-        raise ExportError(
-            f"{where}: tokenizer.ggml.model is {kind!r}; only byte-level BPE ('gpt2') is supported"
-        )
+    if kind == "gpt2":
+        return build_bpe_tokenizer(meta, where, warn)
+    arch = meta.get("general.architecture")
+    if kind == "llama" and arch in GEMMA_ARCHES:
+        return build_gemma_tokenizer(meta, where, warn)
+    raise ExportError(
+        f"{where}: tokenizer.ggml.model is {kind!r} (architecture {arch!r}); supported: byte-level BPE"
+        f" ('gpt2') and Gemma's SentencePiece vocabulary ('llama' in {', '.join(GEMMA_ARCHES)})"
+    )
+
+
+def build_bpe_tokenizer(meta: Mapping[str, Any], where: str, warn: Warn = _stderr_warn) -> dict[str, Any]:
+    """Byte-level BPE (`tokenizer.ggml.model` "gpt2")."""
     tokens: Sequence[str] = _need(meta, "tokenizer.ggml.tokens", where)
     merges: Sequence[str] = _need(meta, "tokenizer.ggml.merges", where)
     types: Sequence[int] = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
@@ -180,6 +199,112 @@ def build_tokenizer(meta: Mapping[str, Any], where: str, warn: Warn = _stderr_wa
             "ignore_merges": False,
             "vocab": vocab,
             "merges": pairs,
+        },
+    }
+
+
+def _added_token(tid: int, content: str, special: bool) -> dict[str, Any]:
+    return {
+        "id": tid,
+        "content": content,
+        "single_word": False,
+        "lstrip": False,
+        "rstrip": False,
+        "normalized": False,
+        "special": special,
+    }
+
+
+def gemma_merges(tokens: Sequence[str]) -> list[list[str]]:
+    """BPE merges implied by a Gemma vocabulary that lists none.
+
+    Every split of a token into two vocabulary pieces is a merge. Gemma's scores do not follow its
+    merge order; the file order does: merges rank by the merged token's id (its last occurrence),
+    and the splits of one token by longer left piece first.
+    """
+    last: dict[str, int] = {}
+    for i, tok in enumerate(tokens):
+        last[tok] = i
+    out: list[list[str]] = []
+    for tok, _ in sorted(last.items(), key=lambda kv: kv[1]):
+        for cut in range(len(tok) - 1, 0, -1):
+            left, right = tok[:cut], tok[cut:]
+            if left in last and right in last:
+                out.append([left, right])
+    return out
+
+
+def build_gemma_tokenizer(meta: Mapping[str, Any], where: str, warn: Warn = _stderr_warn) -> dict[str, Any]:
+    """Gemma's SentencePiece vocabulary (`tokenizer.ggml.model` "llama", Gemma architectures).
+
+    The tokenizer is BPE over text whose spaces are spelled U+2581, with byte fallback (`<0xNN>`
+    tokens) for anything the vocabulary cannot spell, and no prefix space. Control tokens are
+    special added tokens; user-defined ones (newline runs, `[multimodal]`) are matched whole but
+    decoded as text. Runs of spaces are stored as real spaces in GGUF files but are
+    vocabulary entries spelled with U+2581, reached through merges.
+    """
+    raw: Sequence[str] = _need(meta, "tokenizer.ggml.tokens", where)
+    types: Sequence[int] = meta.get("tokenizer.ggml.token_type") or [1] * len(raw)
+    if len(types) != len(raw):
+        raise ExportError(f"{where}: tokenizer.ggml.token_type and tokenizer.ggml.tokens differ in length")
+    # The rule transformers applies: a whitespace-only token holding a space is all U+2581.
+    tokens = [SPIECE_SPACE * len(t) if " " in t and not t.strip() else t for t in raw]
+
+    vocab: dict[str, int] = {}
+    for i, tok in enumerate(tokens):
+        if tok in vocab:
+            warn(f"token {i} {tok!r} duplicates token {vocab[tok]}; the later id wins")
+        vocab[tok] = i
+
+    added = []
+    for i, (tok, ty) in enumerate(zip(raw, types, strict=True)):
+        if ty == TOKEN_CONTROL:
+            added.append(_added_token(i, tok, True))
+        elif ty == TOKEN_USER_DEFINED and tok in vocab:
+            # an all-space token was respelled above; BPE reaches it through merges
+            added.append(_added_token(i, tok, False))
+
+    unk_id = meta.get("tokenizer.ggml.unknown_token_id")
+    unk = raw[int(unk_id)] if unk_id is not None and 0 <= int(unk_id) < len(raw) else "<unk>"
+
+    # SentencePiece GGUFs that do not say otherwise get BOS (llama.cpp's and transformers' rule).
+    ends = dict(meta)
+    ends.setdefault("tokenizer.ggml.add_bos_token", True)
+    template = bos_eos_template(ends, raw, where)
+
+    return {
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": SPIECE_SPACE},
+        # Splits on " ", which the normalizer has already replaced: no pre-tokenization in effect.
+        "pre_tokenizer": {
+            "type": "Split",
+            "pattern": {"String": " "},
+            "behavior": "MergedWithPrevious",
+            "invert": False,
+        },
+        "post_processor": template,
+        "decoder": {
+            "type": "Sequence",
+            "decoders": [
+                {"type": "Replace", "pattern": {"String": SPIECE_SPACE}, "content": " "},
+                {"type": "ByteFallback"},
+                {"type": "Fuse"},
+            ],
+        },
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": unk,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": True,
+            "byte_fallback": True,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": gemma_merges(tokens),
         },
     }
 
