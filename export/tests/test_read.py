@@ -101,7 +101,8 @@ def test_hf_errors(tmp_path: Path) -> None:
     cfg = json.loads((d / "config.json").read_text())
     (d / "config.json").write_text(json.dumps({**cfg, "model_type": "gemma3"}))
     with pytest.raises(
-        ExportError, match=r"config\.json: model_type is 'gemma3'; supported: llama, qwen2, qwen3"
+        ExportError,
+        match=r"config\.json: model_type is 'gemma3'; supported: gemma3_text, lfm2, llama, qwen2, qwen3",
     ):
         open_checkpoint(str(d))
     (d / "config.json").write_text(json.dumps({**cfg, "intermediate_size": 95}))

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from qhx_export.families import llama, qwen2, qwen3
+from qhx_export.families import gemma3, lfm2, llama, qwen2, qwen3
 from qhx_export.families.base import Config, Family, for_gguf_arch, for_hf_config, registered
 
-__all__ = ["Config", "Family", "for_gguf_arch", "for_hf_config", "llama", "qwen2", "qwen3", "registered"]
+__all__ = [
+    "Config",
+    "Family",
+    "for_gguf_arch",
+    "for_hf_config",
+    "gemma3",
+    "lfm2",
+    "llama",
+    "qwen2",
+    "qwen3",
+    "registered",
+]

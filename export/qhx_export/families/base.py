@@ -52,6 +52,27 @@ class Config:
     max_ctx: int | None  # trained context (max_position_embeddings / context_length)
     qkv_bias: bool
     qk_norm: bool
+    # Families past the plain pre-norm decoder (Gemma 3, LFM2); the defaults are Llama's.
+    layer_types: tuple[str, ...] | None = None  # HF names per layer; None: all full_attention
+    sliding_window: int | None = None  # sliding_attention layers see this many positions
+    rope_local_theta: float | None = None  # RoPE base of sliding_attention layers
+    attn_scale: float | None = None  # q.k multiplier; None: 1 / sqrt(head_dim)
+    act: str = "silu"  # silu | gelu_tanh
+    conv_width: int | None = None  # LFM2 short-conv kernel (L_cache)
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        """One layer type per layer ("full_attention", "sliding_attention" or "conv")."""
+        return self.layer_types or ("full_attention",) * self.n_layers
+
+    @property
+    def attn_layers(self) -> list[int]:
+        """Indices of the layers that have attention (and K/V)."""
+        return [i for i, t in enumerate(self.types) if t != "conv"]
+
+    @property
+    def score_scale(self) -> float:
+        return self.attn_scale if self.attn_scale is not None else 1.0 / math.sqrt(self.head_dim)
 
     @property
     def q_rows(self) -> int:
@@ -119,6 +140,7 @@ QK_NORM_NAMES = {
 }
 # tensors a GGUF may carry that are buffers, not parameters (llama3's per-frequency RoPE divisors)
 BUFFERS = ("rope_freqs.weight",)
+LAYER_TYPES = ("full_attention", "sliding_attention", "conv")
 
 
 # -------------------------------------------------------------------------------------------------
@@ -165,6 +187,43 @@ def silu(x: np.ndarray) -> np.ndarray:
     return (x / (np.float32(1.0) + np.exp(-x))).astype(np.float32)
 
 
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation (PyTorch's gelu(approximate="tanh"), HF's gelu_pytorch_tanh)."""
+    x = np.asarray(x, np.float32)
+    inner = np.float32(math.sqrt(2.0 / math.pi)) * (x + np.float32(0.044715) * x * x * x)
+    return (np.float32(0.5) * x * (np.float32(1.0) + np.tanh(inner))).astype(np.float32)
+
+
+def rope_tables(
+    c: Config, T: int, theta: float | None = None, freq_factors: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """cos, sin [T, head_dim / 2] for positions 0..T-1; `theta` overrides the base (no scaling)."""
+    if theta is None:
+        inv = inv_freq(c, freq_factors)
+    else:
+        d = c.head_dim
+        inv = (
+            1.0 / np.power(np.float32(theta), np.arange(0, d, 2, dtype=np.float32) / np.float32(d))
+        ).astype(np.float32)
+    ang = np.arange(T, dtype=np.float32)[:, None] * inv[None, :]
+    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+def attention(c: Config, q: np.ndarray, k: np.ndarray, v: np.ndarray, hidden: np.ndarray) -> np.ndarray:
+    """Softmax attention of q [T, n_heads, d] over k, v [T, n_kv, d] (after RoPE); `hidden` [T, T]
+    is True where a query may not see a key. Returns [T, n_heads * d]; GQA maps query head j to
+    KV head j // (n_heads / n_kv_heads)."""
+    T, d, g = q.shape[0], c.head_dim, c.n_heads // c.n_kv_heads
+    qg = q.reshape(T, c.n_kv_heads, g, d).transpose(1, 2, 0, 3)  # [kv, g, T, d]
+    kt = k.transpose(1, 2, 0)[:, None]  # [kv, 1, d, T]
+    s = (qg @ kt) * np.float32(c.score_scale)  # [kv, g, T, T]
+    s = np.where(hidden, np.float32(-np.inf), s)
+    s = np.exp(s - s.max(-1, keepdims=True))
+    p = (s / s.sum(-1, keepdims=True)).astype(np.float32)
+    o = p @ v.transpose(1, 0, 2)[:, None]  # [kv, g, T, d]
+    return o.transpose(2, 0, 1, 3).reshape(T, c.q_rows).astype(np.float32)
+
+
 # -------------------------------------------------------------------------------------------------
 # families
 
@@ -187,6 +246,19 @@ def _float(meta: Mapping[str, Any], key: str, where: str, default: float | None 
     return f32_value(float(v))
 
 
+def rope_from_hf(cfg: Mapping[str, Any], where: str) -> tuple[Mapping[str, Any], Any]:
+    """(object holding rope_theta, rope_scaling-like object or None) of a config.json.
+
+    transformers < 5 writes top-level `rope_theta` / `rope_scaling`; transformers 5 writes
+    `rope_parameters` ({"rope_theta", "rope_type", scaling keys}), which is then both."""
+    rp = cfg.get("rope_parameters")
+    if "rope_theta" in cfg or rp is None:
+        return cfg, cfg.get("rope_scaling")
+    if not isinstance(rp, Mapping):
+        raise ExportError(f"{where}: rope_parameters is {rp!r}, expected an object")
+    return rp, rp
+
+
 class Family:
     """One decoder family. Subclasses set the class variables and override hooks."""
 
@@ -198,6 +270,7 @@ class Family:
     qk_norm: ClassVar[bool] = False
     gguf_rope_permuted: ClassVar[bool] = False  # llama.cpp's converter permutes q/k rows
     emu_arch: ClassVar[str | None] = None  # manifest arch the qnn-emu graphs run, None: no graphs
+    htp_graphs: ClassVar[bool] = True  # graphs/decoder.py builds this family's HTP graphs
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -219,6 +292,23 @@ class Family:
             )
         if c.head_dim % 2:
             raise ExportError(f"{where}: head_dim {c.head_dim} is odd (RoPE needs pairs)")
+        if c.layer_types is not None:
+            if len(c.layer_types) != c.n_layers:
+                raise ExportError(
+                    f"{where}: layer_types lists {len(c.layer_types)} layers, the model has {c.n_layers}"
+                )
+            for i, t in enumerate(c.layer_types):
+                if t not in cls.supported_layer_types():
+                    raise ExportError(
+                        f"{where}: layer {i} has type {t!r}; {cls.name} supports "
+                        f"{', '.join(cls.supported_layer_types())}"
+                    )
+        if "sliding_attention" in c.types and not c.sliding_window:
+            raise ExportError(f"{where}: sliding_attention layers need a positive sliding_window")
+
+    @classmethod
+    def supported_layer_types(cls) -> tuple[str, ...]:
+        return ("full_attention",)
 
     @classmethod
     def rope_scaling_from_hf(cls, rs: Any, where: str) -> dict[str, Any] | None:
@@ -298,6 +388,7 @@ class Family:
         hidden = _int(cfg, "hidden_size", where)
         n_heads = _int(cfg, "num_attention_heads", where)
         head_dim = cfg.get("head_dim")
+        rope, scaling = rope_from_hf(cfg, where)
         c = Config(
             family=cls.name,
             hidden=hidden,
@@ -308,8 +399,8 @@ class Family:
             ffn=_int(cfg, "intermediate_size", where),
             vocab=_int(cfg, "vocab_size", where),
             rms_eps=_float(cfg, "rms_norm_eps", where),
-            rope_theta=_float(cfg, "rope_theta", where, 10000.0),
-            rope_scaling=cls.rope_scaling_from_hf(cfg.get("rope_scaling"), where),
+            rope_theta=_float(rope, "rope_theta", where, 10000.0),
+            rope_scaling=cls.rope_scaling_from_hf(rope.get("rope_scaling", scaling), where),
             tied=bool(cfg.get("tie_word_embeddings", False)),
             max_ctx=_int(cfg, "max_position_embeddings", where) if "max_position_embeddings" in cfg else None,
             qkv_bias=cls.qkv_bias or bool(cfg.get("attention_bias", False)),
@@ -458,6 +549,31 @@ class Family:
                 f"{where}: rope_freqs.weight has shape {list(shapes['rope_freqs.weight'])}, "
                 f"expected [{c.head_dim // 2}]"
             )
+
+    @classmethod
+    def hf_tensor_shape(cls, name: str, shape: list[int]) -> list[int]:
+        """A safetensors shape -> the internal one (LFM2 squeezes its conv weight)."""
+        return shape
+
+    @classmethod
+    def from_gguf_values(cls, name: str, arr: np.ndarray, c: Config) -> np.ndarray:
+        """A dequantized GGUF tensor -> HF semantics (Gemma: llama.cpp stores norms as 1 + w)."""
+        return arr
+
+    @classmethod
+    def to_gguf_values(cls, name: str, arr: np.ndarray, c: Config) -> np.ndarray:
+        """The inverse of from_gguf_values (writing GGUF files, tests)."""
+        return arr
+
+    @classmethod
+    def emu_adds_one(cls, name: str) -> bool:
+        """The emulator applies plain x^ * w: norms stored as 1 + w (Gemma) say True here."""
+        return False
+
+    @classmethod
+    def embed_scale(cls, c: Config) -> float | None:
+        """A multiplier the host embedding table is pre-scaled by (Gemma: sqrt(hidden)), or None."""
+        return None
 
     @classmethod
     def rope_permute_heads(cls, name: str, c: Config) -> int:

@@ -2,14 +2,17 @@
 head_dim given explicitly (it is not hidden / n_heads: Qwen3-0.6B has 1024 / 16 heads of 128).
 
 llama.cpp stores Qwen3 q/k rows in HF order, and the norms as blk.N.attn_q_norm / attn_k_norm.
+The emulator runs it as arch "qwen3" (the Llama layer plus the two per-head norms).
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
+from qhx_export import ExportError
 from qhx_export.families.base import Config, Family, Weights, rms_norm
 
 
@@ -18,7 +21,17 @@ class Qwen3(Family):
     gguf_arches: ClassVar[tuple[str, ...]] = ("qwen3",)
     hf_model_types: ClassVar[tuple[str, ...]] = ("qwen3",)
     hf_architecture = "Qwen3ForCausalLM"
+    emu_arch = "qwen3"
     qk_norm = True
+
+    @classmethod
+    def config_from_hf(cls, cfg: Mapping[str, Any], where: str) -> Config:
+        types = cfg.get("layer_types")
+        if cfg.get("use_sliding_window") or (
+            isinstance(types, list) and any(t != "full_attention" for t in types)
+        ):
+            raise ExportError(f"{where}: sliding-window attention is not supported for qwen3")
+        return super().config_from_hf(cfg, where)
 
     @classmethod
     def project_qkv(cls, c: Config, w: Weights, i: int, h: np.ndarray) -> tuple[np.ndarray, ...]:

@@ -103,7 +103,8 @@ class GgufCheckpoint(Checkpoint):
     def float32(self, name: str) -> np.ndarray:
         t = self.tensors[name]
         arr = dequantize(t.data, t.qtype, t.shape, name)
-        return self.family.from_gguf_layout(name, arr, self.config)
+        arr = self.family.from_gguf_layout(name, arr, self.config)
+        return self.family.from_gguf_values(name, arr, self.config)
 
     def raw_rows(self, name: str) -> np.ndarray:
         """The stored bytes as [rows, row_bytes] (quantized blocks stay whole), HF row order."""

@@ -96,7 +96,7 @@ class HfCheckpoint(Checkpoint):
                     )
                 if name in shapes:
                     raise ExportError(f"{fp}: tensor {hf_name} appears in two files")
-                shapes[name] = [int(x) for x in info["shape"]]
+                shapes[name] = self.family.hf_tensor_shape(name, [int(x) for x in info["shape"]])
                 self.where[name] = (fp, hf_name, data_start + a, data_start + b)
         # a tied checkpoint may still store lm_head.weight (a copy): drop it, the config decides
         if self.config.tied:
