@@ -253,6 +253,10 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
     ):
         if val:
             raise ExportError(f"{opt} is an option of --target emu")
+    if not ck.family.htp_graphs:
+        raise NotImplementedYet(
+            f"{a.input}: --target htp has no {ck.family.name} graphs yet; use --target emu"
+        )
     name = a.name or _name(ck.default_name())
     o = HtpOptions(
         name=name,

@@ -157,7 +157,7 @@ class Gemma3(Family):
             layer_types=list(c.types),
             sliding_window=c.sliding_window,
             rope_local_base_freq=c.rope_local_theta or LOCAL_THETA,
-            query_pre_attn_scalar=f32_value(c.score_scale**-2),
+            query_pre_attn_scalar=round(c.score_scale**-2),  # an int in Gemma3TextConfig
         )
         return out
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from qhx_export import ExportError, NotImplementedYet
 from qhx_export.dequant import GgmlType, type_name
+from qhx_export.families.base import Config, f32_value
 from qhx_export.read.base import Checkpoint, sha256_file
 from qhx_export.write.files import atomic_open
 
@@ -83,10 +84,13 @@ def role(name: str) -> str:
     """Calibration role of an I/O tensor: past and new K/V of one layer share a range."""
     if name in ("x", "hidden"):
         return "x"
-    if name in ("cos", "sin"):
+    if name in ("cos", "sin", "cos_local", "sin_local"):
         return "rope"
-    if name == "cmask":
+    if name in ("cmask", "cmask_local"):
         return "mask"
+    for pre in ("past_conv_", "present_conv_", "conv_bx_"):  # one short-conv state: one range
+        if name.startswith(pre):
+            return "conv_" + name[len(pre) :]
     return name.removeprefix("past_").removeprefix("new_")
 
 
@@ -109,10 +113,18 @@ def io_tensor(
 
 def graphs_for(p: dict[str, Any], o: EmuOptions, ranges: Ranges | None) -> dict[str, dict[str, Any]]:
     """Graph headers: prefill "window" (AR=P, no past), "past" (chunked, reads the cache) or
-    "none"; K/V "pos_major" [rows, K] or "head_major" [n_kv, rows, head_dim]."""
+    "none"; K/V "pos_major" [rows, K] or "head_major" [n_kv, rows, head_dim].
+
+    Per-layer tensors follow the header's `layer_types`: attention layers have K/V (numbered by
+    model layer), short-conv layers their state (`past_conv_{i}` -> `present_conv_{i}` [H, W]
+    in decode, `conv_bx_{i}` [P, H] out of prefill); sliding-window layers read `cos_local`,
+    `sin_local`, `cmask_local`."""
     H, Dh, V, L = p["hidden"], p["head_dim"], p["vocab"], p["n_layers"]
     nkv, P, C, io = p["n_kv_heads"], o.prefill_len, o.ctx, o.io
     K = nkv * Dh
+    types = list(p.get("layer_types") or ["full_attention"] * L)
+    W = p.get("conv_width", 3)
+    local = "sliding_attention" in types
 
     def kv(rows: int) -> list[int]:
         return [nkv, rows, Dh] if o.kv_layout == "head_major" else [rows, K]
@@ -125,7 +137,20 @@ def graphs_for(p: dict[str, Any], o: EmuOptions, ranges: Ranges | None) -> dict[
         return io_tensor(n, dims, dt, ranges, "y_norm" if final_norm else "y")
 
     def per_layer(fmt: str, dims: list[int]) -> list[dict[str, Any]]:
-        return [t(fmt.format(kind=kind, i=i), dims) for i in range(L) for kind in ("k", "v")]
+        return [
+            t(fmt.format(kind=kind, i=i), dims) for i in range(L) if types[i] != "conv" for kind in ("k", "v")
+        ]
+
+    def conv_state(fmt: str, dims: list[int]) -> list[dict[str, Any]]:
+        return [t(fmt.format(i=i), dims) for i in range(L) if types[i] == "conv"]
+
+    def rope_mask(rows: int | None, mask_cols: int) -> list[dict[str, Any]]:
+        """cos, sin, cmask (+ the sliding layers' _local copies): [rows, ...], or unbatched."""
+        lead = [] if rows is None else [rows]
+        names = [("cos", Dh), ("sin", Dh), ("cmask", mask_cols)]
+        if local:
+            names += [("cos_local", Dh), ("sin_local", Dh), ("cmask_local", mask_cols)]
+        return [t(n, [*lead, d]) for n, d in names]
 
     # Logits stay f16 when activations are fixed point (W8A16 bundles keep an fp16 lm-head).
     lm_io = "f16" if io.startswith("ufixed") else io
@@ -139,12 +164,15 @@ def graphs_for(p: dict[str, Any], o: EmuOptions, ranges: Ranges | None) -> dict[
             "final_norm": final_norm,
             "inputs": [
                 t("x", [H]),
-                t("cos", [Dh]),
-                t("sin", [Dh]),
-                t("cmask", [C]),
+                *rope_mask(None, C),
                 *per_layer("past_{kind}_{i}", kv(C)),
+                *conv_state("past_conv_{i}", [H, W]),
             ],
-            "outputs": [t("y", [H]), *per_layer("new_{kind}_{i}", kv(1))],
+            "outputs": [
+                t("y", [H]),
+                *per_layer("new_{kind}_{i}", kv(1)),
+                *conv_state("present_conv_{i}", [H, W]),
+            ],
         },
         "lmhead": {
             "name": f"{o.name}_lmhead",
@@ -166,14 +194,13 @@ def graphs_for(p: dict[str, Any], o: EmuOptions, ranges: Ranges | None) -> dict[
             "ctx": C if past else 0,
             "kv_layout": o.kv_layout,
             "final_norm": final_norm,
-            "inputs": [
-                t("x", [rows, H]),
-                t("cos", [rows, Dh]),
-                t("sin", [rows, Dh]),
-                t("cmask", [rows, C + rows if past else rows]),
-            ]
+            "inputs": [t("x", [rows, H]), *rope_mask(rows, C + rows if past else rows)]
             + (per_layer("past_{kind}_{i}", kv(C)) if past else []),
-            "outputs": [t("y", [rows, H]), *per_layer("new_{kind}_{i}", kv(rows))],
+            "outputs": [
+                t("y", [rows, H]),
+                *per_layer("new_{kind}_{i}", kv(rows)),
+                *conv_state("conv_bx_{i}", [rows, H]),
+            ],
         }
 
     if o.prefill != "none":
@@ -288,7 +315,7 @@ def load_ranges(path: str | None) -> Ranges | None:
 def model_header(ck: Checkpoint) -> dict[str, Any]:
     """The context binaries' "model" object (key order as the emulator bundles always had)."""
     c = ck.config
-    return {
+    out: dict[str, Any] = {
         "arch": ck.family.emu_arch,
         "hidden": c.hidden,
         "n_layers": c.n_layers,
@@ -299,6 +326,18 @@ def model_header(ck: Checkpoint) -> dict[str, Any]:
         "vocab": c.vocab,
         "rms_eps": c.rms_eps,
     }
+    # the later families' keys, only where they differ from the Llama layer's defaults
+    if c.layer_types is not None and any(t != "full_attention" for t in c.types):
+        out["layer_types"] = list(c.types)
+    if "sliding_attention" in c.types:
+        out["sliding_window"] = c.sliding_window
+    if c.attn_scale is not None:
+        out["attn_scale"] = f32_value(c.attn_scale)
+    if c.act != "silu":
+        out["act"] = c.act
+    if "conv" in c.types:
+        out["conv_width"] = c.conv_width or 3
+    return out
 
 
 def encoded(ck: Checkpoint, name: str, mode: str) -> Weight:
@@ -306,6 +345,8 @@ def encoded(ck: Checkpoint, name: str, mode: str) -> Weight:
     from qhx_export.read.gguf import GgufCheckpoint
 
     shape = ck.shapes[name]
+    if ck.family.emu_adds_one(name):  # the emulator's norms multiply by the stored weight
+        return name, "f32", shape, np.ascontiguousarray(ck.float32(name) + np.float32(1.0), dtype="<f4")
     if isinstance(ck, GgufCheckpoint):
         qt = ck.tensors[name].qtype
         if mode == "q" and qt in RAW_ENCODINGS:
@@ -389,6 +430,34 @@ def manifest(
     template = ck.chat_template()
     if template:
         out["chat"] = {"template": template}
+    layers = layers_section(ck.config)
+    if layers:
+        out["layers"] = layers
+    return out
+
+
+def layers_section(c: Config) -> dict[str, Any] | None:
+    """The manifest's `layers` object (per-layer types and what differs by type), or None when
+    every layer is the plain full-attention one."""
+    types = c.types
+    if all(t == "full_attention" for t in types):
+        return None
+    out: dict[str, Any] = {"types": list(types)}
+    if "sliding_attention" in types:
+        out["sliding_window"] = c.sliding_window
+        out["rope"] = {
+            "sliding_attention": {"theta": c.rope_local_theta, "cos": "cos_local", "sin": "sin_local"}
+        }
+        out["masks"] = {"sliding_attention": "cmask_local"}
+    if "conv" in types:
+        out["state"] = {
+            "conv": {
+                "past": "past_conv_{i}",
+                "present": "present_conv_{i}",
+                "seed": "conv_bx_{i}",
+                "width": c.conv_width or 3,
+            }
+        }
     return out
 
 
@@ -410,6 +479,18 @@ def check_options(o: EmuOptions) -> None:
         raise ExportError(f"--io {o.io} needs --calib (value ranges recorded with QNN_EMU_CALIBRATE)")
 
 
+def check_family_options(ck: Checkpoint, o: EmuOptions) -> None:
+    """What a family's graphs cannot do: short-conv state has no chunked prefill or verify."""
+    if "conv" in ck.config.types:
+        fam = ck.family.name
+        if o.verify_rows is not None:
+            raise ExportError(
+                f"--verify-rows: {fam} short-conv layers have no verify graph (no state rollback)"
+            )
+        if o.prefill == "past":
+            raise ExportError(f"--prefill past: {fam} short-conv layers have no chunked prefill; use window")
+
+
 def write_bundle(
     ck: Checkpoint,
     out_dir: str,
@@ -423,6 +504,7 @@ def write_bundle(
     check_options(o)
     if ck.family.emu_arch is None:
         raise NotImplementedYet(f"{ck.path}: the emulator has no {ck.family.name} graphs; use --target htp")
+    check_family_options(ck, o)
     c = ck.config
     ranges = load_ranges(o.calib)
     hdr = model_header(ck)
@@ -443,7 +525,11 @@ def write_bundle(
     del blk, head
 
     files = {"embed": f"{o.name}_embed_{o.embed_dtype}.bin", "tokenizer": "tokenizer.json"}
-    emb = ck.float32("token_embd.weight").astype("<f2" if o.embed_dtype == "f16" else "<f4", copy=False)
+    emb = ck.float32("token_embd.weight")
+    scale = ck.family.embed_scale(c)
+    if scale is not None:  # Gemma: the host table carries sqrt(hidden), the lm-head does not
+        emb = (emb * np.float32(scale)).astype(np.float32)
+    emb = emb.astype("<f2" if o.embed_dtype == "f16" else "<f4", copy=False)
     with atomic_open(os.path.join(out_dir, files["embed"])) as f:
         f.write(memoryview(np.ascontiguousarray(emb)).cast("B"))
     sizes[files["embed"]] = emb.nbytes
