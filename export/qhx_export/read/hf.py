@@ -1,12 +1,14 @@
 """Hugging Face directory reader: config.json, *.safetensors, tokenizer files.
 
-Tensors are read with safetensors' numpy API. numpy has no bfloat16, so BF16 tensors (most HF
-checkpoints) are memory-mapped from the file's own header offsets and widened to float32 here.
+Tensors are memory-mapped from each file's own header offsets (no safetensors import, so the
+plain asset venv can export HF directories too); numpy has no bfloat16, so BF16 tensors (most HF
+checkpoints) are widened to float32 here.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 from typing import Any
@@ -18,6 +20,7 @@ from qhx_export.families import for_hf_config
 from qhx_export.read.base import Checkpoint
 
 FLOAT_DTYPES = {"F32", "F16", "BF16"}
+NUMPY_DTYPES = {"F32": "<f4", "F16": "<f2", "BF16": "<u2"}
 
 
 def _json(path: str) -> dict[str, Any]:
@@ -53,8 +56,6 @@ def _safetensors_header(path: str) -> tuple[int, dict[str, Any]]:
 
 class HfCheckpoint(Checkpoint):
     def __init__(self, path: str) -> None:
-        from safetensors import safe_open
-
         self.path = path.rstrip("/") or path
         cfg_path = os.path.join(path, "config.json")
         if not os.path.isfile(cfg_path):
@@ -71,13 +72,12 @@ class HfCheckpoint(Checkpoint):
             fp = os.path.join(path, fn)
             data_start, header = _safetensors_header(fp)
             size = os.path.getsize(fp)
-            try:
-                with safe_open(fp, framework="numpy") as f:
-                    keys = list(f.keys())
-            except Exception as e:
-                raise ExportError(f"{fp}: not a readable safetensors file ({e})") from e
-            for hf_name in keys:
+            if not isinstance(header, dict):
+                raise ExportError(f"{fp}: not a safetensors file (header is not an object)")
+            for hf_name in [k for k in header if k != "__metadata__"]:
                 info = header[hf_name]
+                if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= info.keys():
+                    raise ExportError(f"{fp}: not a readable safetensors file (entry {hf_name})")
                 name = self.family.gguf_name(hf_name, self.config)
                 if name is None:
                     if "rotary_emb.inv_freq" in hf_name:
@@ -89,6 +89,8 @@ class HfCheckpoint(Checkpoint):
                         f"only {', '.join(sorted(FLOAT_DTYPES))} are read"
                     )
                 a, b = (int(x) for x in info["data_offsets"])
+                if b - a != math.prod(info["shape"]) * (4 if info["dtype"] == "F32" else 2):
+                    raise ExportError(f"{fp}: tensor {hf_name}: {b - a} bytes do not match its shape")
                 if data_start + b > size:
                     raise ExportError(
                         f"{fp}: truncated: tensor {hf_name} ends at byte {data_start + b}, "
@@ -97,7 +99,7 @@ class HfCheckpoint(Checkpoint):
                 if name in shapes:
                     raise ExportError(f"{fp}: tensor {hf_name} appears in two files")
                 shapes[name] = self.family.hf_tensor_shape(name, [int(x) for x in info["shape"]])
-                self.where[name] = (fp, hf_name, data_start + a, data_start + b)
+                self.where[name] = (fp, info["dtype"], data_start + a, data_start + b)
         # a tied checkpoint may still store lm_head.weight (a copy): drop it, the config decides
         if self.config.tied:
             shapes.pop("output.weight", None)
@@ -106,17 +108,15 @@ class HfCheckpoint(Checkpoint):
         self.family.check_tensors(self.config, self.shapes, path)
 
     def float32(self, name: str) -> np.ndarray:
-        from safetensors import safe_open
-
-        fp, hf_name, start, end = self.where[name]
-        _, header = _safetensors_header(fp)
-        dtype = header[hf_name]["dtype"]
+        fp, dtype, start, end = self.where[name]
+        item = np.dtype(NUMPY_DTYPES[dtype])
+        if end == start:
+            return np.zeros(self.shapes[name], np.float32)
+        raw = np.memmap(fp, dtype=item, mode="r", offset=start, shape=((end - start) // item.itemsize,))
         if dtype == "BF16":
-            raw = np.memmap(fp, dtype="<u2", mode="r", offset=start, shape=((end - start) // 2,))
             out = (raw.astype(np.uint32) << np.uint32(16)).view(np.float32)
         else:
-            with safe_open(fp, framework="numpy") as f:
-                out = f.get_tensor(hf_name).astype(np.float32)
+            out = raw.astype(np.float32)
         return np.ascontiguousarray(out.reshape(self.shapes[name]), dtype=np.float32)
 
     # ---- tokenizer / chat ---------------------------------------------------------------------------
