@@ -212,12 +212,21 @@ impl Engine {
 
     /// Forget cached positions from `pos` on; the next step fills slot `pos`. Rewinding to
     /// 0 is [`Engine::reset`].
+    /// A model with recurrent (conv) layers cannot go back: it starts again from 0.
     pub fn rewind(&mut self, pos: usize) {
-        if pos < self.run.pos() {
-            let _ = self.run.rewind(pos);
+        if pos < self.run.pos() && self.run.rewind(pos).is_err() {
+            let _ = self.run.reset();
+            self.history.clear();
+            return;
         }
         // Also the last pick of a finished run, which was never fed.
         self.history.truncate(pos);
+    }
+
+    /// Whether [`Engine::rewind`] keeps the positions before its target (false when layers
+    /// carry recurrent state).
+    pub fn can_rewind(&self) -> bool {
+        self.run.can_rewind()
     }
 
     /// Positions the cache can hold.

@@ -310,6 +310,12 @@ fn plan_feed(
         .take_while(|(a, b)| a == b)
         .count()
         .min(all.len().saturating_sub(1));
+    // A model whose layers carry recurrent state cannot step back to the common prefix.
+    let lcp = if lcp < engine.pos() && !engine.can_rewind() {
+        0
+    } else {
+        lcp
+    };
     Ok((lcp, all[lcp..].to_vec(), st))
 }
 

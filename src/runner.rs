@@ -25,7 +25,8 @@ pub struct Runner {
     persist: Vec<Vec<(usize, usize, MaskSpec)>>,
     /// Per step: the output that ends it, as (binding, output, sink).
     result: Vec<(usize, usize, Sink)>,
-    rope: RopeTable,
+    /// One table per [`Plan::ropes`] entry.
+    rope: Vec<RopeTable>,
     /// Tokens whose K/V are in the cache; the next token takes slot `pos`.
     pos: usize,
     /// The step whose past inputs hold the cache.
@@ -111,12 +112,18 @@ impl Runner {
             ));
         }
         let hidden = plan.head.as_ref().map_or(0, |h| h.desc.inputs[0].elems());
-        let rope = RopeTable::new(
-            plan.rope.theta,
-            plan.rope.head_dim,
-            plan.max_ctx + plan.max_rows(),
-            plan.rope.scaling.as_ref(),
-        );
+        let rope = plan
+            .ropes
+            .iter()
+            .map(|r| {
+                RopeTable::new(
+                    r.theta,
+                    r.head_dim,
+                    plan.max_ctx + plan.max_rows(),
+                    r.scaling.as_ref(),
+                )
+            })
+            .collect();
         let mut r = Runner {
             plan: Arc::clone(plan),
             bind,
@@ -160,7 +167,23 @@ impl Runner {
         for s in 0..self.persist.len() {
             self.set_persistent(s, 0, usize::MAX, false)?;
         }
+        // Recurrent states start from zeros (a prompt run through decode alone reads them).
+        let dec = self.plan.steps.len() - 1;
+        for st in &self.plan.decode().states {
+            if let Some((k, i)) = st.past {
+                self.bind
+                    .get_mut(self.index[dec][k])
+                    .input_bytes_mut(i)
+                    .fill(0);
+            }
+        }
         Ok(())
+    }
+
+    /// Whether the cache can go back to an earlier position ([`Runner::rewind`]): not when
+    /// layers carry recurrent state (a conv state keeps no history).
+    pub fn can_rewind(&self) -> bool {
+        !self.plan.has_state()
     }
 
     /// Forget cached positions from `pos` on; the next token takes slot `pos`.
@@ -168,8 +191,18 @@ impl Runner {
         if pos >= self.pos {
             return Ok(());
         }
+        if !self.can_rewind() {
+            return Err(Error::graph(
+                self.plan.decode().name(),
+                format!(
+                    "cannot go back from position {} to {pos}: its conv layers' state keeps no history (start again from 0)",
+                    self.pos
+                ),
+            ));
+        }
         let n = self.pos - pos;
         self.set_home_masks(pos, n, false)?;
+        self.slide_windows(None, self.pos, pos)?;
         self.pos = pos;
         Ok(())
     }
@@ -211,7 +244,7 @@ impl Runner {
     /// ([`Runner::row_logits`]): a verify of `n - 1` drafted tokens after the last pick.
     pub fn verifies(&self, n: usize) -> bool {
         let plan = &self.plan;
-        if n < 2 || self.pos + n > plan.max_ctx {
+        if n < 2 || self.pos + n > plan.max_ctx || plan.has_state() {
             return false;
         }
         let Some(s) = (0..plan.steps.len()).find(|&s| plan.steps[s].admits(self.pos, n)) else {
@@ -277,9 +310,9 @@ impl Runner {
                         }
                         t.embed += clock.lap();
                     }
-                    Source::Cos { width } | Source::Sin { width } => {
+                    Source::Cos { width, table } | Source::Sin { width, table } => {
                         let cos = matches!(src, Source::Cos { .. });
-                        self.write_rope(b, i, cos, width, rows, pos, off);
+                        self.write_rope(b, i, (table, cos), width, rows, pos, off);
                         t.rope += clock.lap();
                     }
                     Source::Mask(spec) if !spec.persistent => {
@@ -307,9 +340,13 @@ impl Runner {
                         dst.copy_from_slice(src);
                         t.io += clock.lap();
                     }
-                    // Persistent masks change as the cache does; caches are read in place.
-                    Source::Mask(_) | Source::PastKey(_) | Source::PastValue(_) | Source::Unfed => {
-                    }
+                    // Persistent masks change as the cache does; caches and states are read
+                    // in place.
+                    Source::Mask(_)
+                    | Source::PastKey(_)
+                    | Source::PastValue(_)
+                    | Source::StatePast(_)
+                    | Source::Unfed => {}
                 }
             }
             sp.graph.execute(self.bind.get_mut(b))?;
@@ -329,8 +366,10 @@ impl Runner {
                 self.copy_new_rows(s, new, past, off, n)?;
             }
         }
+        self.carry_states(s, off, n)?;
         t.kv += clock.lap();
         self.set_home_masks(pos, n, true)?;
+        self.slide_windows(None, pos, pos + n)?;
         t.mask += clock.lap();
         self.take_result(s, off, n)?;
         t.io += clock.lap();
@@ -354,19 +393,19 @@ impl Runner {
         &mut self,
         b: usize,
         i: usize,
-        cos: bool,
+        (which, cos): (usize, bool),
         width: usize,
         rows: usize,
         pos: usize,
         off: usize,
     ) {
-        let table = &self.rope;
+        let table = &self.rope[which];
         let row = |p: usize| {
             let full = if cos { table.cos(p) } else { table.sin(p) };
             &full[..width]
         };
         let mut x = self.bind.get_mut(b).input_mut(i);
-        if off == 0 && width == self.plan.rope.head_dim {
+        if off == 0 && width == self.plan.ropes[which].head_dim {
             // Contiguous positions pos..pos+rows: one write.
             let all = if cos {
                 table.cos_rows(pos, rows)
@@ -539,6 +578,11 @@ impl Runner {
                 bufs.push((b, t.at.1, self.bind.get(b).input_bytes(t.at.1).to_vec()));
             }
         }
+        let dec = self.plan.steps.len() - 1;
+        for t in self.plan.decode().states.iter().filter_map(|s| s.past) {
+            let b = self.index[dec][t.0];
+            bufs.push((b, t.1, self.bind.get(b).input_bytes(t.1).to_vec()));
+        }
         for (s, masks) in self.persist.iter().enumerate() {
             if self.plan.home(s) == Some(self.home) {
                 for &(b, i, _) in masks {
@@ -617,7 +661,84 @@ impl Runner {
             }
         }
         self.set_persistent(b, 0, pos, true)?;
-        self.set_persistent(b, pos, usize::MAX, false)
+        self.set_persistent(b, pos, usize::MAX, false)?;
+        self.slide_windows(Some(b), 0, pos)
+    }
+
+    /// After the cursor moved from `from` to `to`: close the slots that slid out of each
+    /// window mask (forward), or reopen those that slid back in (a rewind). Only masks of
+    /// `step` (or, for `None`, of the steps the current home serves).
+    fn slide_windows(&mut self, step: Option<usize>, from: usize, to: usize) -> Result<()> {
+        use crate::ops::mask::window_start;
+        for s in 0..self.persist.len() {
+            let mine = match step {
+                Some(x) => x == s,
+                None => self.plan.home(s) == Some(self.home),
+            };
+            if !mine {
+                continue;
+            }
+            for k in 0..self.persist[s].len() {
+                let (b, i, spec) = self.persist[s][k];
+                let Some(w) = spec.window else { continue };
+                let (a, z) = (window_start(from, w), window_start(to, w));
+                let mut m = self.bind.get_mut(b).input_mut(i);
+                let len = m.len();
+                if z > a {
+                    let at = a.min(len);
+                    mask::set_slots(&mut m, &spec, at, z.min(len) - at, false)?;
+                } else if a > z {
+                    // Back inside the window: slots z..a that the cache still holds.
+                    let end = a.min(to).min(len);
+                    let at = z.min(end);
+                    mask::set_slots(&mut m, &spec, at, end - at, true)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// After step `s` fed `n` real rows from `off`: a decode's new state becomes the next
+    /// step's (bytes as they are: the resolver checked both ends match), and a prefill
+    /// seeds the decode state from its last `width` real rows (zeros before the prompt).
+    fn carry_states(&mut self, s: usize, off: usize, n: usize) -> Result<()> {
+        let plan = Arc::clone(&self.plan);
+        let dec = plan.steps.len() - 1;
+        for (st, home) in plan.steps[s].states.iter().zip(&plan.decode().states) {
+            let Some((hk, hi)) = home.past else { continue };
+            let hb = self.index[dec][hk];
+            if let Some((k, o)) = st.present {
+                let b = self.index[s][k];
+                if b == hb {
+                    let (src, dst) = self.bind.get_mut(b).output_and_input_bytes_mut(o, hi);
+                    dst.copy_from_slice(src);
+                } else {
+                    let (x, y) = self.bind.two(b, hb);
+                    y.input_bytes_mut(hi).copy_from_slice(x.output_bytes(o));
+                }
+            }
+            if let Some((k, o)) = st.seed {
+                let b = self.index[s][k];
+                let rows = plan.steps[s].rows;
+                let stride = plan.steps[s].output_desc((k, o)).elems() / rows;
+                let (c, w) = (home.channels, home.width);
+                let mut state = vec![0f32; c * w];
+                let mut row = vec![0f32; c];
+                let (x, y) = self.bind.two(b, hb);
+                // Column j holds real row n - w + j (oldest first).
+                for j in 0..w {
+                    let Some(r) = (n + j).checked_sub(w) else {
+                        continue;
+                    };
+                    x.output(o).read_f32((off + r) * stride, &mut row);
+                    for (ch, v) in row.iter().enumerate() {
+                        state[ch * w + j] = *v;
+                    }
+                }
+                y.input_mut(hi).write_f32(0, &state);
+            }
+        }
+        Ok(())
     }
 
     /// Open or hide slots `at..at + n` of the persistent masks that follow the current

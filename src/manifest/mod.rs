@@ -8,6 +8,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+pub mod layers;
 pub mod steps;
 
 /// The newest schema this version reads (it reads every one from 1).
@@ -19,7 +20,9 @@ pub struct ModelSection {
     pub name: String,
     #[serde(default)]
     pub family: Option<String>,
-    pub arch: String,
+    /// Missing in the LFM2 schema-v1 form, whose `model.name` says `lfm...`.
+    #[serde(default)]
+    pub arch: Option<String>,
     #[serde(default)]
     pub dsp_arch: Option<String>,
     #[serde(default)]
@@ -29,13 +32,16 @@ pub struct ModelSection {
     pub n_params: Option<u64>,
 }
 
-/// `rope_scaling` block; only the llama3 type is defined.
+/// `rope_scaling` block: `llama3` (all fields) or `linear` (`factor` only).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct RopeScaling {
     pub rope_type: String,
     pub factor: f64,
+    #[serde(default)]
     pub low_freq_factor: f64,
+    #[serde(default)]
     pub high_freq_factor: f64,
+    #[serde(default)]
     pub original_max_position_embeddings: f64,
 }
 
@@ -51,8 +57,14 @@ pub struct Params {
     pub hidden: usize,
     pub vocab: usize,
     pub n_layers: usize,
-    pub n_heads: usize,
+    /// Optional in the LFM2 schema-v1 form (it gives `kv_dim`); the host never needs it.
+    #[serde(default)]
+    pub n_heads: Option<usize>,
+    /// Or `kv_dim` / `head_dim` (LFM2 schema-v1); filled in by validation.
+    #[serde(default)]
     pub n_kv_heads: usize,
+    #[serde(default)]
+    pub kv_dim: Option<usize>,
     pub head_dim: usize,
     pub max_ctx: usize,
     pub rope_theta: f64,
@@ -139,6 +151,10 @@ pub struct Plan {
     /// Schema 2: the steps, each tensor with its plan kind.
     #[serde(default)]
     pub steps: Option<Vec<steps::RawStep>>,
+    /// Graph names by role (`prefill`, `decode`, `lmhead`), as LFM2 schema-v1 bundles
+    /// give them; `artifacts.contexts.<role>.graph` wins when both are set.
+    #[serde(default)]
+    pub params: BTreeMap<String, serde_json::Value>,
 }
 
 impl Plan {
@@ -171,6 +187,7 @@ const KNOWN_KEYS: &[(&str, &[&str])] = &[
             "plan",
             "chat",
             "source",
+            "layers",
         ],
     ),
     (
@@ -198,7 +215,12 @@ const KNOWN_KEYS: &[(&str, &[&str])] = &[
             "rope_scaling",
             "bos_token_id",
             "eos_token_id",
+            "kv_dim",
         ],
+    ),
+    (
+        "layers",
+        &["types", "sliding_window", "rope", "masks", "state"],
     ),
     ("artifacts", &["contexts", "embed", "tokenizer"]),
     (
@@ -239,21 +261,60 @@ struct RawManifest {
     plan: Plan,
     #[serde(default)]
     chat: Option<serde_json::Value>,
+    #[serde(default)]
+    layers: Option<layers::RawLayers>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arch {
     Llama,
     Qwen2,
+    Qwen3,
+    Gemma3,
+    Lfm2,
 }
 
 impl Arch {
+    pub const ALL: [Arch; 5] = [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Gemma3, Arch::Lfm2];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Gemma3 => "gemma3",
+            Arch::Lfm2 => "lfm2",
         }
     }
+}
+
+/// A `rope_scaling` block this version computes: llama3's frequency bands or a linear
+/// position divisor (Gemma 3's global layers at 4B and up).
+pub fn check_scaling(s: &RopeScaling) -> std::result::Result<(), String> {
+    match s.rope_type.as_str() {
+        "llama3" => {
+            if !(s.factor > 0.0
+                && s.low_freq_factor > 0.0
+                && s.high_freq_factor > s.low_freq_factor
+                && s.original_max_position_embeddings > 0.0)
+            {
+                return Err(
+                    "factors must be positive with high_freq_factor > low_freq_factor".into(),
+                );
+            }
+        }
+        "linear" => {
+            if !(s.factor > 0.0) {
+                return Err("factor must be positive".into());
+            }
+        }
+        other => {
+            return Err(format!(
+                "rope_type {other:?} is not supported (\"llama3\" or \"linear\")"
+            ))
+        }
+    }
+    Ok(())
 }
 
 /// A context binary to load and the graph to take from it.
@@ -287,6 +348,9 @@ pub struct Manifest {
     pub embed_dtype: EmbedDtype,
     pub tokenizer: PathBuf,
     pub plan: Plan,
+    /// What each layer needs (types, RoPE tables, masks, state); all global attention
+    /// when the manifest has no `layers`.
+    pub layers: layers::Layers,
     pub chat: Option<serde_json::Value>,
     /// Keys present in the file that this version ignores.
     pub unknown_keys: Vec<String>,
@@ -358,21 +422,54 @@ impl Manifest {
                 raw.schema_version
             )));
         }
-        let arch = match raw.model.arch.as_str() {
-            "llama" => Arch::Llama,
-            "qwen2" => Arch::Qwen2,
-            other => {
-                return Err(err(format!(
-                    "model.arch: {other:?} is not one of \"llama\", \"qwen2\""
-                )))
-            }
+        let mut raw = raw;
+        let arch = match raw.model.arch.as_deref() {
+            Some(a) => Arch::ALL
+                .into_iter()
+                .find(|x| x.as_str() == a)
+                .ok_or_else(|| {
+                    let names: Vec<&str> = Arch::ALL.iter().map(|x| x.as_str()).collect();
+                    err(format!("model.arch: {a:?} is not one of {names:?}"))
+                })?,
+            // LFM2's schema-v1 manifests name the model, not the architecture.
+            None if raw.model.name.to_ascii_lowercase().starts_with("lfm") => Arch::Lfm2,
+            None => return Err(err("model: missing field `arch`".into())),
         };
+        let p = &mut raw.params;
+        if p.n_kv_heads == 0 {
+            match p.kv_dim {
+                Some(k) if p.head_dim > 0 && k > 0 && k % p.head_dim == 0 => {
+                    p.n_kv_heads = k / p.head_dim
+                }
+                Some(k) => {
+                    return Err(err(format!(
+                        "params.kv_dim: {k} is not a positive multiple of head_dim {}",
+                        p.head_dim
+                    )))
+                }
+                None => {
+                    return Err(err(
+                        "params: missing field `n_kv_heads` (or `kv_dim`)".into(),
+                    ))
+                }
+            }
+        }
+        // LFM2 schema-v1 gives BOS as `chat.bos: [id]`.
+        if p.bos_token_id.is_none() {
+            p.bos_token_id = raw
+                .chat
+                .as_ref()
+                .and_then(|c| c.get("bos"))
+                .and_then(|b| b.as_array().and_then(|a| a.first()).or(Some(b)))
+                .and_then(|v| v.as_u64())
+                .and_then(|v| u32::try_from(v).ok());
+        }
         let p = &raw.params;
         for (name, v) in [
             ("hidden", p.hidden),
             ("vocab", p.vocab),
             ("n_layers", p.n_layers),
-            ("n_heads", p.n_heads),
+            ("n_heads", p.n_heads.unwrap_or(p.n_kv_heads)),
             ("n_kv_heads", p.n_kv_heads),
             ("head_dim", p.head_dim),
             ("max_ctx", p.max_ctx),
@@ -381,11 +478,21 @@ impl Manifest {
                 return Err(err(format!("params.{name}: must be positive")));
             }
         }
-        if !p.n_heads.is_multiple_of(p.n_kv_heads) {
-            return Err(err(format!(
-                "params.n_heads: {} is not a multiple of n_kv_heads {}",
-                p.n_heads, p.n_kv_heads
-            )));
+        if let Some(k) = p.kv_dim {
+            if k != p.n_kv_heads * p.head_dim {
+                return Err(err(format!(
+                    "params.kv_dim: {k} is not n_kv_heads {} x head_dim {}",
+                    p.n_kv_heads, p.head_dim
+                )));
+            }
+        }
+        if let Some(nh) = p.n_heads {
+            if !nh.is_multiple_of(p.n_kv_heads) {
+                return Err(err(format!(
+                    "params.n_heads: {nh} is not a multiple of n_kv_heads {}",
+                    p.n_kv_heads
+                )));
+            }
         }
         if !p.head_dim.is_multiple_of(2) {
             return Err(err(format!(
@@ -400,20 +507,20 @@ impl Manifest {
             )));
         }
         if let Some(s) = &p.rope_scaling {
-            if s.rope_type != "llama3" {
-                return Err(err(format!(
-                    "params.rope_scaling.rope_type: {:?} is not supported (only \"llama3\")",
-                    s.rope_type
-                )));
-            }
-            if !(s.factor > 0.0
-                && s.low_freq_factor > 0.0
-                && s.high_freq_factor > s.low_freq_factor
-                && s.original_max_position_embeddings > 0.0)
-            {
-                return Err(err("params.rope_scaling: factors must be positive with high_freq_factor > low_freq_factor".into()));
-            }
+            check_scaling(s).map_err(|m| err(format!("params.rope_scaling: {m}")))?;
         }
+        let layers = layers::resolve(
+            raw.layers.as_ref(),
+            p.n_layers,
+            p.max_ctx,
+            layers::RopeKind {
+                theta: p.rope_theta,
+                scaling: p.rope_scaling.clone(),
+                cos: "cos".into(),
+                sin: "sin".into(),
+            },
+        )
+        .map_err(err)?;
         let eos = match &p.eos_token_id {
             OneOrMany::One(e) => vec![*e],
             OneOrMany::Many(v) => v.clone(),
@@ -485,9 +592,17 @@ impl Manifest {
                     (None, Some(sh)) if may_share => sh.clone(),
                     _ => return Err(err(format!("{field}: missing field `bin`"))),
                 };
+                // `plan.params.<role>` names the graph in LFM2 schema-v1 manifests.
+                let role = field.rsplit('.').next().unwrap_or(field);
+                let named = raw
+                    .plan
+                    .params
+                    .get(role)
+                    .and_then(|v| v.as_str())
+                    .map(str::to_string);
                 Ok(GraphRef {
                     bin,
-                    graph: r.graph.clone(),
+                    graph: r.graph.clone().or(named),
                     io: BTreeMap::new(),
                 })
             };
@@ -529,6 +644,7 @@ impl Manifest {
             embed_dtype,
             tokenizer: resolve(&raw.artifacts.tokenizer, "artifacts.tokenizer")?,
             plan: raw.plan.clone(),
+            layers,
             chat: raw.chat.clone(),
             unknown_keys: serde_json::from_slice(bytes)
                 .map(|v| unknown_keys(&v))
@@ -656,6 +772,131 @@ mod tests {
         }
         assert!(parse("").unwrap_err().to_string().contains("empty"));
         assert!(parse("{").is_err());
+    }
+
+    /// `GOOD` with three layers described by a `layers` section (Gemma 3 style: sliding
+    /// layers with their own RoPE base and mask, then a global one).
+    fn with_layers(layers: &str) -> String {
+        GOOD.replace(r#""n_layers":2"#, r#""n_layers":3"#).replace(
+            r#""future_key": {"ignored": true}"#,
+            &format!(r#""layers": {layers}"#),
+        )
+    }
+
+    const GEMMA_LAYERS: &str = r#"{"types":["sliding_attention","sliding_attention","full_attention"],
+        "sliding_window":8,
+        "rope":{"sliding_attention":{"theta":10000.0,"cos":"cos_local","sin":"sin_local"}},
+        "masks":{"sliding_attention":"cmask_local"}}"#;
+
+    #[test]
+    fn layers_section_gives_each_type_its_rope_and_mask() {
+        let m = parse(&with_layers(GEMMA_LAYERS)).unwrap();
+        let l = &m.layers;
+        use layers::LayerType::*;
+        assert_eq!(l.types.as_deref(), Some(&[Sliding, Sliding, Full][..]));
+        assert_eq!(l.window, Some(8));
+        assert_eq!(l.ropes.len(), 2);
+        assert_eq!(l.rope_of(Full), 0);
+        assert_eq!(l.rope_of(Sliding), 1);
+        assert_eq!(l.ropes[1].theta, 10000.0);
+        assert_eq!(l.ropes[1].cos, "cos_local");
+        assert_eq!(l.mask_of(Sliding), Some("cmask_local"));
+        assert!(m.unknown_keys.is_empty(), "{:?}", m.unknown_keys);
+        // Without the section every layer is global attention with params' RoPE.
+        let plain = parse(GOOD).unwrap();
+        assert!(plain.layers.types.is_none());
+        assert_eq!(plain.layers.ropes.len(), 1);
+        assert_eq!(plain.layers.ropes[0].theta, 10000.0);
+    }
+
+    /// The bad-input catalogue's manifest half: each mistake in `layers` is one line naming
+    /// its JSON path.
+    #[test]
+    fn layers_mistakes_are_named() {
+        for (layers, needle) in [
+            (
+                GEMMA_LAYERS.replace(r#""full_attention"]"#, r#""full_attention","conv"]"#),
+                "layers.types: lists 4 layers but params.n_layers is 3",
+            ),
+            (
+                GEMMA_LAYERS.replace(r#""sliding_window":8"#, r#""sliding_window":64"#),
+                "layers.sliding_window: 64 is larger than params.max_ctx 16",
+            ),
+            (
+                GEMMA_LAYERS.replace(r#""sliding_window":8,"#, ""),
+                "layers.sliding_window: missing",
+            ),
+            (
+                GEMMA_LAYERS
+                    .replace(
+                        r#""sliding_attention","sliding_attention""#,
+                        r#""full_attention","full_attention""#,
+                    )
+                    .replace(r#""sliding_window":8,"#, ""),
+                "layers.rope.sliding_attention: no layer is of that type",
+            ),
+            (
+                GEMMA_LAYERS.replace(r#"["sliding_attention","#, r#"["slidng","#),
+                r#"layers.types[0]: "slidng" is not one of"#,
+            ),
+            (
+                GEMMA_LAYERS.replace(r#""cos":"cos_local","#, r#""cos":"cos","#),
+                "layers.rope.sliding_attention: its table differs from the global one but feeds the same inputs",
+            ),
+            (
+                GEMMA_LAYERS.replace(r#""theta":10000.0"#, r#""theta":0"#),
+                "layers.rope.sliding_attention.theta: 0 must be a positive number",
+            ),
+            (
+                GEMMA_LAYERS.replace(
+                    r#""masks":{"#,
+                    r#""state":{"sliding_attention":{"past":"p{i}","present":"q{i}","width":3}},"masks":{"#,
+                ),
+                "layers.state.sliding_attention: only conv layers carry a recurrent state",
+            ),
+            (
+                r#"{"types":["conv","full_attention","conv"],"state":{"conv":{"past":"pc","present":"nc{i}","width":3}}}"#.to_string(),
+                "layers.state.conv.past: \"pc\" is per layer",
+            ),
+            (
+                r#"{"types":["conv","full_attention","conv"],"rope":{"conv":{"theta":1.0}}}"#.to_string(),
+                "layers.rope.conv: conv layers take no RoPE",
+            ),
+            (
+                GEMMA_LAYERS.replace(r#""masks""#, r#""maks""#),
+                "unknown field `maks`",
+            ),
+        ] {
+            let e = parse(&with_layers(&layers)).unwrap_err().to_string();
+            assert!(e.contains(needle), "{layers}\n-> {e}");
+            assert_eq!(e.lines().count(), 1, "{e}");
+        }
+    }
+
+    /// LFM2's schema-v1 form (third-party runner's parser): no `model.arch`, `kv_dim`
+    /// instead of head counts, graph names under `plan.params`, BOS as `chat.bos`.
+    #[test]
+    fn lfm2_schema_v1_form_reads() {
+        let s = r#"{"schema_version":1,
+          "model":{"name":"lfm2-5-230m","family":"llm","dsp_arch":"v79"},
+          "params":{"hidden":8,"vocab":32,"n_layers":2,"max_ctx":16,"kv_dim":4,"head_dim":4,
+                    "rope_theta":1000000.0,"eos_token_id":7},
+          "artifacts":{"contexts":{"prefill":{"bin":"pf.bin"},"decode":{"bin":"dec.bin"},
+                                   "lmhead":{"bin":"lmh.bin"}},
+                       "embed":"lfm_embed_f16.bin","tokenizer":"tokenizer.json"},
+          "plan":{"params":{"prefill":"lfm230_pf_512_w8","decode":"lfm230_dec_512_w8","lmhead":"lfm230_lmh_w8"}},
+          "chat":{"bos":[1]}}"#;
+        let m = parse(s).unwrap();
+        assert_eq!(m.arch, Arch::Lfm2);
+        assert_eq!(m.params.n_kv_heads, 1);
+        assert_eq!(m.params.bos_token_id, Some(1));
+        assert_eq!(m.decode.graph.as_deref(), Some("lfm230_dec_512_w8"));
+        assert_eq!(m.lmhead.graph.as_deref(), Some("lfm230_lmh_w8"));
+        assert!(m.unknown_keys.is_empty(), "{:?}", m.unknown_keys);
+        let e = parse(&s.replace(r#""kv_dim":4"#, r#""kv_dim":6"#)).unwrap_err();
+        assert!(e.to_string().contains("params.kv_dim: 6 is not a positive multiple of head_dim 4"), "{e}");
+        let e = parse(&s.replace(r#""name":"lfm2-5-230m""#, r#""name":"x""#)).unwrap_err();
+        assert!(e.to_string().contains("model: missing field `arch`"), "{e}");
     }
 
     /// The schema 1 `GOOD` bundle with a chunked prefill, written as schema 2 steps.

@@ -59,8 +59,13 @@ pub fn cols(spec: &MaskSpec, rows: usize) -> usize {
     spec.past + if spec.own { rows } else { 0 }
 }
 
+/// The first position a token at `q` sees through a window of `w` (HF: `kv > q - w`).
+pub fn window_start(q: usize, w: usize) -> usize {
+    (q + 1).saturating_sub(w)
+}
+
 /// Write a whole step mask: `rows` rows, real tokens in rows `off..off + n`, `pos` cache
-/// columns filled.
+/// columns filled (from the window's start when the mask has one).
 pub fn write(
     t: &mut TypedMut<'_>,
     spec: &MaskSpec,
@@ -76,11 +81,21 @@ pub fn write(
         let at = r * cols;
         fill(t, at, cols, hidden);
         let real = r >= off && r < off + n;
+        // Positions before `lo` are outside this row's window.
+        let lo = match spec.window {
+            Some(w) if real => window_start(pos + (r - off), w),
+            _ => 0,
+        };
         if real {
-            fill(t, at, pos.min(past), open);
+            let end = pos.min(past);
+            fill(t, at + lo.min(end), end - lo.min(end), open);
         }
         if spec.own {
-            let first = if real { off } else { r };
+            let first = if real {
+                off + lo.saturating_sub(pos)
+            } else {
+                r
+            };
             fill(t, at + past + first, r + 1 - first, open);
         }
     }
@@ -105,12 +120,35 @@ mod tests {
     use super::*;
     const N: f32 = f32::NEG_INFINITY;
 
+    /// A window of 3 over 2 cached positions and a 3-row chunk: each row sees itself and
+    /// the two positions before it, in the cache or in the chunk.
+    #[test]
+    fn a_window_hides_what_slid_out() {
+        let s = MaskSpec {
+            window: Some(3),
+            ..spec(2, true, MaskStyle::Additive)
+        };
+        let mut m = vec![7f32; 3 * 5];
+        write(&mut TypedMut::F32(&mut m), &s, 3, 2, 0, 3).unwrap();
+        #[rustfmt::skip]
+        let want = [
+            // cache 0, 1 | own 0 (pos 2), 1 (pos 3), 2 (pos 4)
+            0., 0., 0., N, N,
+            N,  0., 0., 0., N,
+            N,  N,  0., 0., 0.,
+        ];
+        assert_eq!(m, want);
+        assert_eq!(window_start(0, 3), 0);
+        assert_eq!(window_start(4, 3), 2);
+    }
+
     fn spec(past: usize, own: bool, style: MaskStyle) -> MaskSpec {
         MaskSpec {
             past,
             own,
             style,
             persistent: false,
+            window: None,
         }
     }
 
@@ -183,6 +221,7 @@ mod tests {
             own: false,
             style: MaskStyle::Additive,
             persistent: true,
+            window: None,
         };
         let mut m = vec![0f32; 4];
         let mut t = TypedMut::F32(&mut m);

@@ -18,6 +18,12 @@ pub fn inv_freq(theta: f64, head_dim: usize, scaling: Option<&RopeScaling>) -> V
     let mut f: Vec<f32> = (0..head_dim / 2)
         .map(|i| 1.0f32 / base.powf((2 * i) as f32 / head_dim as f32))
         .collect();
+    if let Some(s) = scaling.filter(|s| s.rope_type == "linear") {
+        // Linear position interpolation: every frequency divided by the factor.
+        let factor = s.factor as f32;
+        f.iter_mut().for_each(|v| *v /= factor);
+        return f;
+    }
     if let Some(s) = scaling {
         let factor = s.factor as f32;
         let low = s.low_freq_factor as f32;

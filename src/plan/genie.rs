@@ -58,12 +58,13 @@ pub(crate) fn input_source(name: &str) -> Option<Source> {
         own: true,
         style: MaskStyle::Genie,
         persistent: false,
+        window: None,
     };
     match name {
         "input_ids" => Some(Source::TokenIds),
         "attention_mask" => Some(Source::Mask(masked)),
-        "position_ids_cos" => Some(Source::Cos { width: 0 }),
-        "position_ids_sin" => Some(Source::Sin { width: 0 }),
+        "position_ids_cos" => Some(Source::Cos { width: 0, table: 0 }),
+        "position_ids_sin" => Some(Source::Sin { width: 0, table: 0 }),
         _ => kv_name(name, true).map(|(key, l)| {
             if key {
                 Source::PastKey(l)
@@ -100,11 +101,11 @@ pub fn resolve<G>(
         n_kv: layout.n_kv,
         head_dim: layout.head_dim,
         vocab: layout.vocab,
-        rope: RopeSpec {
+        ropes: vec![RopeSpec {
             theta: cfg.rope_theta,
             head_dim: layout.head_dim,
             scaling: cfg.rope_scaling.clone(),
-        },
+        }],
         embed: None,
         pad_id: cfg.pad.or(cfg.eos.first().copied()).unwrap_or(0),
         max_ctx,
@@ -153,6 +154,7 @@ fn group<G>(graphs: Vec<(G, GraphDesc)>) -> Result<Vec<Step<G>>> {
                     cache_owner: None,
                     splits: Vec::new(),
                     layers: Vec::new(),
+                    states: Vec::new(),
                 },
             ));
         }
@@ -464,7 +466,7 @@ fn finish_step<G>(v: &mut Step<G>, l: &Layout, last: bool) -> Result<()> {
     for sp in &mut v.splits {
         for src in &mut sp.inputs {
             match src {
-                Source::Cos { width } | Source::Sin { width } => *width = half,
+                Source::Cos { width, .. } | Source::Sin { width, .. } => *width = half,
                 Source::Mask(m) => m.past = past,
                 _ => {}
             }

@@ -5,9 +5,10 @@
 //! by role name (`plan.io` may rename them); every shape is checked against the params.
 
 use super::{
-    Admit, At, Head, KvTensor, LayerKv, MaskSpec, MaskStyle, Pad, Plan, RopeSpec, Sink, Source,
-    Split, Step,
+    Admit, At, Head, KvTensor, LayerKv, LayerState, MaskSpec, MaskStyle, Pad, Plan, RopeSpec,
+    Sink, Source, Split, Step,
 };
+use crate::manifest::layers::{LayerType, StateNames};
 use crate::error::{Error, Result};
 use crate::kv::KvShape;
 use crate::manifest::{GraphRef, Manifest};
@@ -59,15 +60,27 @@ pub fn resolve<G>(m: &Manifest, g: Graphs<G>, embed: Option<EmbedTable>) -> Resu
         super::check_dtypes(d)?;
     }
     let p = &m.params;
-    let decode = stack_step(m, &m.decode, g.decode.0, g.decode.1, Stack::Decode)?;
+    let types = layer_types(m, &g.decode.1)?;
+    let decode = stack_step(m, &types, &m.decode, g.decode.0, g.decode.1, Stack::Decode)?;
+    if let Some(w) = m.layers.window {
+        if w > decode.past {
+            return Err(Error::graph(
+                decode.name(),
+                format!(
+                    "layers.sliding_window {w} is larger than the decode cache C={}",
+                    decode.past
+                ),
+            ));
+        }
+    }
     let mut steps = Vec::new();
     if let Some((graph, desc)) = g.prefill {
         let r = m.prefill.as_ref().unwrap_or(&m.decode);
-        steps.push(stack_step(m, r, graph, desc, Stack::Prefill)?);
+        steps.push(stack_step(m, &types, r, graph, desc, Stack::Prefill)?);
     }
     if let Some((graph, desc)) = g.verify {
         let r = m.verify.as_ref().unwrap_or(&m.decode);
-        let v = stack_step(m, r, graph, desc, Stack::Verify)?;
+        let v = stack_step(m, &types, r, graph, desc, Stack::Verify)?;
         if let Some(pre) = steps.first() {
             if pre.rows <= v.rows {
                 return Err(Error::graph(
@@ -102,11 +115,16 @@ pub fn resolve<G>(m: &Manifest, g: Graphs<G>, embed: Option<EmbedTable>) -> Resu
         n_kv: p.n_kv_heads,
         head_dim: p.head_dim,
         vocab: p.vocab,
-        rope: RopeSpec {
-            theta: p.rope_theta,
-            head_dim: p.head_dim,
-            scaling: p.rope_scaling.clone(),
-        },
+        ropes: m
+            .layers
+            .ropes
+            .iter()
+            .map(|r| RopeSpec {
+                theta: r.theta,
+                head_dim: p.head_dim,
+                scaling: r.scaling.clone(),
+            })
+            .collect(),
         embed,
         pad_id: 0,
         max_ctx: p.max_ctx.min(ctx),
@@ -148,9 +166,45 @@ enum Stack {
     Decode,
 }
 
+/// Each layer's type: the manifest's `layers.types`, else read off the decode graph (a
+/// layer with a conv-state input is a conv layer: the LFM2 contract), else all global
+/// attention.
+fn layer_types(m: &Manifest, decode: &GraphDesc) -> Result<Vec<LayerType>> {
+    let n = m.params.n_layers;
+    if let Some(t) = &m.layers.types {
+        return Ok(t.clone());
+    }
+    let has = |name: String| decode.inputs.iter().any(|t| t.name == name);
+    let state = &m.layers.conv_state.past;
+    if !(0..n).any(|i| has(state.replace("{i}", &i.to_string()))) {
+        return Ok(vec![LayerType::Full; n]);
+    }
+    (0..n)
+        .map(|i| {
+            let k = m.tensor_name(&m.decode, "past_k", Some(i));
+            let c = state.replace("{i}", &i.to_string());
+            match (has(k.clone()), has(c.clone())) {
+                (true, false) => Ok(LayerType::Full),
+                (false, true) => Ok(LayerType::Conv),
+                (true, true) => Err(Error::graph(
+                    &decode.name,
+                    format!("layer {i} has both {k:?} and {c:?}: attention or conv?"),
+                )),
+                (false, false) => Err(Error::graph(
+                    &decode.name,
+                    format!(
+                        "layer {i} of params.n_layers={n} has neither {k:?} nor {c:?} (the manifest's layer count does not match the graph)"
+                    ),
+                )),
+            }
+        })
+        .collect()
+}
+
 /// A prefill, verify or decode graph as a one-split step.
 fn stack_step<G>(
     m: &Manifest,
+    types: &[LayerType],
     r: &GraphRef,
     graph: G,
     g: GraphDesc,
@@ -194,19 +248,34 @@ fn stack_step<G>(
         ));
     }
     inputs[x] = Source::Embedding;
-    let (cos, ct) = find(&g.inputs, &nm("cos", None), gn, "input")?;
-    let (sin, st) = find(&g.inputs, &nm("sin", None), gn, "input")?;
-    for t in [ct, st] {
-        if t.elems() != rows * hd {
-            return Err(Error::graph(
-                gn,
-                format!("input {} should be {rows} x head_dim={hd}", t.describe()),
-            ));
+    // One RoPE pair per table the attention layers use.
+    let mut tables: Vec<usize> = types
+        .iter()
+        .filter(|t| t.is_attention())
+        .map(|&t| m.layers.rope_of(t))
+        .collect();
+    tables.sort_unstable();
+    tables.dedup();
+    for table in tables {
+        let (cn, sn) = if table == 0 {
+            (nm("cos", None), nm("sin", None))
+        } else {
+            let rk = &m.layers.ropes[table];
+            (rk.cos.clone(), rk.sin.clone())
+        };
+        let (cos, ct) = find(&g.inputs, &cn, gn, "input")?;
+        let (sin, st) = find(&g.inputs, &sn, gn, "input")?;
+        for t in [ct, st] {
+            if t.elems() != rows * hd {
+                return Err(Error::graph(
+                    gn,
+                    format!("input {} should be {rows} x head_dim={hd}", t.describe()),
+                ));
+            }
         }
+        inputs[cos] = Source::Cos { width: hd, table };
+        inputs[sin] = Source::Sin { width: hd, table };
     }
-    inputs[cos] = Source::Cos { width: hd };
-    inputs[sin] = Source::Sin { width: hd };
-    let (mask, mt) = find(&g.inputs, &nm("cmask", None), gn, "input")?;
     let (y, yt) = find(&g.outputs, &nm("y", None), gn, "output")?;
     if yt.elems() != rows * h {
         return Err(Error::graph(
@@ -216,6 +285,7 @@ fn stack_step<G>(
     }
     outputs[y] = Sink::Hidden;
     let mut layers = Vec::new();
+    let mut states = Vec::new();
     let mut past_rows: Option<usize> = None;
     let kv_at = |t: &TensorDesc, at: At, want_rows: Option<usize>, msg: &dyn Fn() -> String| {
         KvShape::from_dims(&t.dims, p.n_kv_heads, hd)
@@ -223,7 +293,21 @@ fn stack_step<G>(
             .map(|shape| KvTensor { at, shape })
             .ok_or_else(|| Error::graph(gn, msg()))
     };
-    for i in 0..p.n_layers {
+    let cs = &m.layers.conv_state;
+    for (i, &ty) in types.iter().enumerate() {
+        if ty == LayerType::Conv {
+            states.push(state_io(
+                &g,
+                cs,
+                i,
+                rows,
+                h,
+                kind,
+                &mut inputs,
+                &mut outputs,
+            )?);
+            continue;
+        }
         let (nk, nkt) = find(&g.outputs, &nm("new_k", Some(i)), gn, "output")?;
         let (nv, nvt) = find(&g.outputs, &nm("new_v", Some(i)), gn, "output")?;
         let new_msg =
@@ -269,20 +353,26 @@ fn stack_step<G>(
         });
     }
     // A graph with more layers than the manifest says would run with unfed caches.
-    for role in ["new_k", "past_k"] {
-        let extra = nm(role, Some(p.n_layers));
+    let n = p.n_layers;
+    for extra in [
+        nm("new_k", Some(n)),
+        nm("past_k", Some(n)),
+        cs.past.replace("{i}", &n.to_string()),
+    ] {
         if g.inputs.iter().chain(&g.outputs).any(|t| t.name == extra) {
             return Err(Error::graph(
                 gn,
                 format!(
-                    "has tensor {extra:?}, a layer beyond params.n_layers={} (the manifest's layer count does not match the graph)",
-                    p.n_layers
+                    "has tensor {extra:?}, a layer beyond params.n_layers={n} (the manifest's layer count does not match the graph)"
                 ),
             ));
         }
     }
-    if p.n_layers == 0 {
-        return Err(Error::graph(gn, "params.n_layers is 0"));
+    if !states.is_empty() && past_rows.is_some() && kind != Stack::Decode {
+        return Err(Error::graph(
+            gn,
+            "reads the cache, but conv layers' state has no rows to roll back or seed from a chunk: models with recurrent layers run prefill from an empty cache and decode only",
+        ));
     }
     let ctx = past_rows.unwrap_or(0);
     let want_mask = if decode {
@@ -292,24 +382,49 @@ fn stack_step<G>(
     } else {
         rows * rows
     };
-    if mt.elems() != want_mask {
-        return Err(Error::graph(
-            gn,
-            format!("input {} should have {want_mask} elements", mt.describe()),
-        ));
+    // One mask per attention type: `cmask` for global layers, its own for sliding ones.
+    let mut mask_types: Vec<LayerType> = types.iter().copied().filter(|t| t.is_attention()).collect();
+    mask_types.sort_unstable();
+    mask_types.dedup();
+    for ty in mask_types {
+        let name = match (ty, m.layers.mask_of(ty)) {
+            (_, Some(n)) => n.to_string(),
+            (LayerType::Sliding, None) => "cmask_local".to_string(),
+            _ => nm("cmask", None),
+        };
+        let (mask, mt) = find(&g.inputs, &name, gn, "input")?;
+        if mt.elems() != want_mask {
+            return Err(Error::graph(
+                gn,
+                format!("input {} should have {want_mask} elements", mt.describe()),
+            ));
+        }
+        if inputs[mask] != Source::Unfed {
+            return Err(Error::graph(
+                gn,
+                format!("input {name:?} is given two roles (a mask shared by two layer types?)"),
+            ));
+        }
+        inputs[mask] = Source::Mask(MaskSpec {
+            past: ctx,
+            own: !decode,
+            style: MaskStyle::Additive,
+            persistent: decode,
+            window: (ty == LayerType::Sliding).then_some(m.layers.window).flatten(),
+        });
     }
-    inputs[mask] = Source::Mask(MaskSpec {
-        past: ctx,
-        own: !decode,
-        style: MaskStyle::Additive,
-        persistent: decode,
-    });
     let admit = match kind {
         // Any two tokens or more, padded: the drafts of a verify vary in number.
         Stack::Verify => Admit::Chunk { min_tokens: 2 },
         _ if decode || ctx > 0 => Admit::WholeRows,
         _ => Admit::FromEmpty,
     };
+    if kind == Stack::Verify && !states.is_empty() {
+        return Err(Error::graph(
+            gn,
+            "a verify graph cannot run a model with conv layers: their state cannot be rolled back to a rejected draft",
+        ));
+    }
     Ok(Step {
         rows,
         past: ctx,
@@ -323,7 +438,80 @@ fn stack_step<G>(
             outputs,
         }],
         layers,
+        states,
     })
+}
+
+/// A conv layer's state tensors in one step: decode reads `past` and writes `present`
+/// ([channels, width] each, same dtype); a prefill writes the `seed` rows.
+#[allow(clippy::too_many_arguments)]
+fn state_io(
+    g: &GraphDesc,
+    cs: &StateNames,
+    i: usize,
+    rows: usize,
+    h: usize,
+    kind: Stack,
+    inputs: &mut [Source],
+    outputs: &mut [Sink],
+) -> Result<LayerState> {
+    let gn = g.name.as_str();
+    let name = |p: &str| p.replace("{i}", &i.to_string());
+    let mut st = LayerState {
+        layer: i,
+        past: None,
+        present: None,
+        seed: None,
+        width: cs.width,
+        channels: h,
+    };
+    if kind == Stack::Decode {
+        let (a, at) = find(&g.inputs, &name(&cs.past), gn, "input")?;
+        let (b, bt) = find(&g.outputs, &name(&cs.present), gn, "output")?;
+        for t in [at, bt] {
+            if t.elems() != h * cs.width {
+                return Err(Error::graph(
+                    gn,
+                    format!(
+                        "state tensor {} should hold hidden={h} x width={}",
+                        t.describe(),
+                        cs.width
+                    ),
+                ));
+            }
+        }
+        if at.dtype != bt.dtype || at.quant != bt.quant {
+            return Err(Error::graph(
+                gn,
+                format!(
+                    "state {} and {} differ in dtype or quantization: the state is carried as it is",
+                    bt.describe(),
+                    at.describe()
+                ),
+            ));
+        }
+        inputs[a] = Source::StatePast(i);
+        outputs[b] = Sink::StatePresent(i);
+        st.past = Some((0, a));
+        st.present = Some((0, b));
+    } else {
+        let Some(seed) = &cs.seed else {
+            return Err(Error::graph(
+                gn,
+                format!("conv layer {i} has no seed tensor (layers.state.conv.seed) to start its state from"),
+            ));
+        };
+        let (sd, t) = find(&g.outputs, &name(seed), gn, "output")?;
+        if t.elems() < rows * h || t.elems() % rows != 0 {
+            return Err(Error::graph(
+                gn,
+                format!("state seed {} should hold {rows} rows of at least hidden={h}", t.describe()),
+            ));
+        }
+        outputs[sd] = Sink::StateSeed(i);
+        st.seed = Some((0, sd));
+    }
+    Ok(st)
 }
 
 /// An lm-head maps one hidden state to vocab logits.

@@ -28,19 +28,25 @@ pub enum Source {
     TokenIds,
     /// One embedding-table row per token (host lookup); padding rows are zeros.
     Embedding,
-    /// RoPE cos of each row's position: the first `width` values of the table row.
+    /// RoPE cos of each row's position: the first `width` values of row p of the plan's
+    /// RoPE table `table` (an index into [`Plan::ropes`]).
     Cos {
         width: usize,
+        table: usize,
     },
     /// RoPE sin, as `Cos`.
     Sin {
         width: usize,
+        table: usize,
     },
     /// An attention mask.
     Mask(MaskSpec),
     /// Layer `l`'s cached keys (the cache home's, see [`Step::cache_owner`]).
     PastKey(usize),
     PastValue(usize),
+    /// Layer `l`'s recurrent state before this token (decode only): the previous step's
+    /// [`Sink::StatePresent`], or what a prefill's [`Sink::StateSeed`] seeded.
+    StatePast(usize),
     /// Output `output` of an earlier split of the same step.
     Link {
         split: usize,
@@ -62,6 +68,11 @@ pub enum Sink {
     /// Layer `l`'s new key rows, copied into the cache.
     NewKey(usize),
     NewValue(usize),
+    /// Layer `l`'s state after this token, carried to the next step's [`Source::StatePast`].
+    StatePresent(usize),
+    /// Rows from which a prefill seeds layer `l`'s state: the state is the last `width`
+    /// real rows, one column each (LFM2's `conv_bx_<i>`).
+    StateSeed(usize),
     /// Read by a later split, or by nothing.
     Other,
 }
@@ -86,6 +97,9 @@ pub struct MaskSpec {
     /// A one-row mask over cache slots kept across steps: slots open as rows enter the
     /// cache and close on rewind, so a step writes O(1) of it instead of O(C).
     pub persistent: bool,
+    /// Sliding-window attention: a token sees only the `window` positions ending at
+    /// itself (HF's `kv > q - window`). A persistent one closes one slot per token.
+    pub window: Option<usize>,
 }
 
 /// Where real tokens sit when a chunk is shorter than the step's rows.
@@ -125,6 +139,22 @@ pub struct LayerKv {
     pub new_value: KvTensor,
 }
 
+/// One layer's recurrent state tensors in one step: where the host reads it from and
+/// writes it to. Its home is the decode step's past input.
+#[derive(Debug, Clone, Copy)]
+pub struct LayerState {
+    pub layer: usize,
+    /// The state input (decode).
+    pub past: Option<At>,
+    /// The state after the step (decode).
+    pub present: Option<At>,
+    /// Rows to seed it from (prefill).
+    pub seed: Option<At>,
+    /// Columns of the state ([channels, width], oldest column first).
+    pub width: usize,
+    pub channels: usize,
+}
+
 /// One graph of a step, with the source of each input and the sink of each output. `G` is
 /// the graph handle (`()` when only metadata is resolved, e.g. by `qhx_inspect`).
 pub struct Split<G = Graph> {
@@ -145,8 +175,10 @@ pub struct Step<G = Graph> {
     /// prefill reading the decode cache in place); that step is the cache's home.
     pub cache_owner: Option<usize>,
     pub splits: Vec<Split<G>>,
-    /// Per layer, in layer order.
+    /// Per attention layer, in layer order (the K/V cache).
     pub layers: Vec<LayerKv>,
+    /// Per recurrent layer, in layer order.
+    pub states: Vec<LayerState>,
 }
 
 /// The graph that maps one hidden row (input 0) to logits (output 0).
@@ -171,7 +203,9 @@ pub struct Plan<G = Graph> {
     pub n_kv: usize,
     pub head_dim: usize,
     pub vocab: usize,
-    pub rope: RopeSpec,
+    /// RoPE tables, one per layer kind that has its own (`Source::Cos::table` indexes
+    /// it); the first is the global one.
+    pub ropes: Vec<RopeSpec>,
     /// The host embedding table, when a step has an [`Source::Embedding`] input.
     pub embed: Option<EmbedTable>,
     /// Token id of padding rows (`Source::TokenIds`).
@@ -248,6 +282,12 @@ impl<G> Plan<G> {
         st.has_past().then(|| st.cache_owner.unwrap_or(s))
     }
 
+    /// True when some layer carries recurrent state: such a plan cannot rewind by
+    /// position (the state of an earlier position is gone).
+    pub fn has_state(&self) -> bool {
+        !self.decode().states.is_empty()
+    }
+
     /// The largest number of rows any step takes.
     pub fn max_rows(&self) -> usize {
         self.steps.iter().map(|s| s.rows).max().unwrap_or(1)
@@ -284,10 +324,13 @@ impl<G> Plan<G> {
                 let t = d.input_desc((s, i));
                 n += match src {
                     Source::TokenIds | Source::Embedding => t.bytes(),
-                    Source::Cos { width } | Source::Sin { width } => width * es(t),
-                    Source::Mask(m) if m.persistent => es(t),
+                    Source::Cos { width, .. } | Source::Sin { width, .. } => width * es(t),
+                    // One slot opens; a window closes one more.
+                    Source::Mask(m) if m.persistent => es(t) * (1 + usize::from(m.window.is_some())),
                     Source::Mask(_) => t.bytes(),
                     Source::PastKey(_) | Source::PastValue(_) => self.n_kv * self.head_dim * es(t),
+                    // The state carried from the step before, whole (it is [channels, width]).
+                    Source::StatePast(_) => t.bytes(),
                     Source::Link { .. } | Source::Unfed => 0,
                 };
             }

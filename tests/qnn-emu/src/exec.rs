@@ -411,18 +411,36 @@ fn run(
             let cos = get("cos")?;
             let sin = get("sin")?;
             let mask = get("cmask")?;
-            let has_past = ins.contains_key("past_k_0");
+            let kinds = crate::model::layer_kinds(c)?;
+            let has_past = (0..c.n_layers)
+                .any(|i| kinds[i].has_kv() && ins.contains_key(format!("past_k_{i}").as_str()));
             let mut past_store = Vec::new();
-            if has_past {
-                for i in 0..c.n_layers {
-                    past_store.push((get(&format!("past_k_{i}"))?, get(&format!("past_v_{i}"))?));
+            let mut conv_past = Vec::new();
+            for (i, kind) in kinds.iter().enumerate() {
+                if has_past && kind.has_kv() {
+                    past_store.push(Some((
+                        get(&format!("past_k_{i}"))?,
+                        get(&format!("past_v_{i}"))?,
+                    )));
+                } else {
+                    past_store.push(None);
                 }
+                let state = format!("past_conv_{i}");
+                conv_past.push(if *kind == crate::model::LayerKind::Conv && decode {
+                    let v = get(&state)?;
+                    if v.len() != c.hidden * c.conv_width.unwrap_or(3) {
+                        return Err(format!("{state} has {} elements", v.len()));
+                    }
+                    Some(v)
+                } else {
+                    None
+                });
             }
             let past: Vec<KvView<'_>> = past_store
                 .iter()
-                .map(|(k, v)| KvView {
-                    past_k: Some(k),
-                    past_v: Some(v),
+                .map(|kv| KvView {
+                    past_k: kv.as_ref().map(|(k, _)| k.as_slice()),
+                    past_v: kv.as_ref().map(|(_, v)| v.as_slice()),
                     ctx: g.ctx,
                     layout: g.layout,
                 })
@@ -440,6 +458,19 @@ fn run(
                     mask.len()
                 ));
             }
+            let opt = |n: &str| ins.get(n).map(read);
+            let local_rope = match (opt("cos_local"), opt("sin_local")) {
+                (Some(a), Some(b)) => Some((a, b)),
+                (None, None) => None,
+                _ => return Err("cos_local and sin_local come together".into()),
+            };
+            let local_mask = opt("cmask_local");
+            if local_mask.as_ref().is_some_and(|m| m.len() != expect_mask) {
+                return Err(format!("cmask_local has {expect_mask} elements in this graph"));
+            }
+            if kinds.contains(&crate::model::LayerKind::Sliding) && local_mask.is_none() {
+                return Err("sliding_attention layers need the cmask_local input".into());
+            }
             let out = w.run_layers(
                 LayerIo {
                     x: x.clone(),
@@ -447,10 +478,27 @@ fn run(
                     cos: &cos,
                     sin: &sin,
                     mask: &mask,
+                    local_rope: local_rope.as_ref().map(|(a, b)| (a.as_slice(), b.as_slice())),
+                    local_mask: local_mask.as_deref(),
                     self_visible: decode,
+                    conv_past: &conv_past,
                 },
                 &past,
             );
+            for (i, (bx, present)) in out.conv_bx.iter().zip(&out.conv_present).enumerate() {
+                if let Some(b) = outs.get(format!("conv_bx_{i}").as_str()) {
+                    if b.spec.elems() != bx.len() {
+                        return Err(format!("conv_bx_{i} holds {} values, the layer gives {}", b.spec.elems(), bx.len()));
+                    }
+                    write(b, bx);
+                }
+                if let Some(b) = outs.get(format!("present_conv_{i}").as_str()) {
+                    if b.spec.elems() != present.len() {
+                        return Err(format!("present_conv_{i} holds {} values, the layer gives {}", b.spec.elems(), present.len()));
+                    }
+                    write(b, present);
+                }
+            }
             let out_y = if g.final_norm {
                 w.final_norm(&out.y)
             } else {
@@ -472,11 +520,17 @@ fn run(
                 crate::calib::record("x", &pick(&x, h));
                 crate::calib::record("y", &pick(&out.y, h));
                 for (i, (k, v)) in out.new_k.iter().zip(&out.new_v).enumerate() {
+                    if k.is_empty() {
+                        continue;
+                    }
                     crate::calib::record(&format!("k_{i}"), &pick(k, kd));
                     crate::calib::record(&format!("v_{i}"), &pick(v, kd));
                 }
             }
             for (i, (k, v)) in out.new_k.iter().zip(&out.new_v).enumerate() {
+                if k.is_empty() {
+                    continue;
+                }
                 let (k, v) = match g.layout {
                     KvLayout::PosMajor => (k.clone(), v.clone()),
                     KvLayout::HeadMajor => (
@@ -571,7 +625,10 @@ fn run_genie(
             cos: &cos,
             sin: &sin,
             mask: &mask,
+            local_rope: None,
+            local_mask: None,
             self_visible: false,
+            conv_past: &[],
         },
         &views,
     );

@@ -16,6 +16,21 @@ pub struct ModelHeader {
     pub ffn: usize,
     pub vocab: usize,
     pub rms_eps: f32,
+    /// One per layer: `full_attention` (default), `sliding_attention` or `conv`.
+    #[serde(default)]
+    pub layer_types: Vec<String>,
+    /// Sliding layers' window; the host's `cmask_local` carries it, so only checked here.
+    #[serde(default)]
+    pub sliding_window: Option<usize>,
+    /// Multiplier of q·k scores (default 1/sqrt(head_dim); Gemma 3: query_pre_attn_scalar^-0.5).
+    #[serde(default)]
+    pub attn_scale: Option<f32>,
+    /// FFN activation: `silu` (default) or `gelu_tanh`.
+    #[serde(default)]
+    pub act: Option<String>,
+    /// Short-convolution taps of `conv` layers (LFM2's L_cache).
+    #[serde(default)]
+    pub conv_width: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

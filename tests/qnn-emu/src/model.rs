@@ -3,8 +3,35 @@
 use crate::format::{dequantize, KvLayout, ModelHeader, Parsed};
 use std::collections::HashMap;
 
-pub struct Layer {
-    attn_norm: Vec<f32>,
+/// What a layer mixes its tokens with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerKind {
+    /// Attention over every cached position (`cmask`, `cos`/`sin`).
+    Full,
+    /// Attention through the sliding-window mask (`cmask_local`, `cos_local`/`sin_local`).
+    Sliding,
+    /// LFM2's gated short convolution; its state is `past_conv_<i>` / `present_conv_<i>`.
+    Conv,
+}
+
+impl LayerKind {
+    pub fn parse(s: &str) -> Result<LayerKind, String> {
+        match s {
+            "full_attention" => Ok(LayerKind::Full),
+            "sliding_attention" => Ok(LayerKind::Sliding),
+            "conv" => Ok(LayerKind::Conv),
+            other => Err(format!(
+                "layer type {other:?} is not full_attention, sliding_attention or conv"
+            )),
+        }
+    }
+
+    pub fn has_kv(self) -> bool {
+        self != LayerKind::Conv
+    }
+}
+
+pub struct Attn {
     wq: Vec<f32>,
     wk: Vec<f32>,
     wv: Vec<f32>,
@@ -12,7 +39,28 @@ pub struct Layer {
     bk: Option<Vec<f32>>,
     bv: Option<Vec<f32>>,
     wo: Vec<f32>,
+    /// Per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3, LFM2).
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
+}
+
+pub struct ShortConv {
+    /// [3H, H]: B, C and x projections, in that order.
+    in_proj: Vec<f32>,
+    /// [H, W] depthwise taps, oldest first.
+    taps: Vec<f32>,
+    out_proj: Vec<f32>,
+}
+
+pub struct Layer {
+    pub kind: LayerKind,
+    attn_norm: Vec<f32>,
+    attn: Option<Attn>,
+    conv: Option<ShortConv>,
+    /// Gemma 3's norms after the attention and the FFN (before the residual add).
+    post_attn_norm: Option<Vec<f32>>,
     ffn_norm: Vec<f32>,
+    post_ffw_norm: Option<Vec<f32>>,
     w_gate: Vec<f32>,
     w_up: Vec<f32>,
     w_down: Vec<f32>,
@@ -26,6 +74,21 @@ pub struct Weights {
     pub lm: Option<Vec<f32>>,
     /// `token_embd.weight`, loaded only for Genie graphs (they embed ids in-graph).
     pub embd: Option<Vec<f32>>,
+}
+
+/// Each layer's kind from the header (all full attention when it lists none).
+pub fn layer_kinds(cfg: &ModelHeader) -> Result<Vec<LayerKind>, String> {
+    if cfg.layer_types.is_empty() {
+        return Ok(vec![LayerKind::Full; cfg.n_layers]);
+    }
+    if cfg.layer_types.len() != cfg.n_layers {
+        return Err(format!(
+            "layer_types lists {} layers, n_layers is {}",
+            cfg.layer_types.len(),
+            cfg.n_layers
+        ));
+    }
+    cfg.layer_types.iter().map(|t| LayerKind::parse(t)).collect()
 }
 
 impl Weights {
@@ -48,12 +111,18 @@ impl Weights {
         let need = |name: &str, shape: &[usize]| -> Result<Vec<f32>, String> {
             get(name, shape)?.ok_or_else(|| format!("missing weight {name}"))
         };
-        let (h, q, kv, f) = (
+        let (h, q, kv, f, hd) = (
             cfg.hidden,
             cfg.n_heads * cfg.head_dim,
             cfg.n_kv_heads * cfg.head_dim,
             cfg.ffn,
+            cfg.head_dim,
         );
+        let kinds = layer_kinds(&cfg)?;
+        if kinds.contains(&LayerKind::Sliding) && cfg.sliding_window.is_none_or(|w| w == 0) {
+            return Err("sliding_attention layers need a positive sliding_window".into());
+        }
+        let width = cfg.conv_width.unwrap_or(3);
         let needs_layers = p
             .header
             .graphs
@@ -61,18 +130,40 @@ impl Weights {
             .any(|g| g.kind != crate::format::GraphKind::Lmhead);
         let mut layers = Vec::new();
         if needs_layers {
-            for i in 0..cfg.n_layers {
+            for (i, &kind) in kinds.iter().enumerate() {
                 let n = |s: &str| format!("blk.{i}.{s}");
+                let attn = if kind.has_kv() {
+                    Some(Attn {
+                        wq: need(&n("attn_q.weight"), &[q, h])?,
+                        wk: need(&n("attn_k.weight"), &[kv, h])?,
+                        wv: need(&n("attn_v.weight"), &[kv, h])?,
+                        bq: get(&n("attn_q.bias"), &[q])?,
+                        bk: get(&n("attn_k.bias"), &[kv])?,
+                        bv: get(&n("attn_v.bias"), &[kv])?,
+                        wo: need(&n("attn_output.weight"), &[h, q])?,
+                        q_norm: get(&n("attn_q_norm.weight"), &[hd])?,
+                        k_norm: get(&n("attn_k_norm.weight"), &[hd])?,
+                    })
+                } else {
+                    None
+                };
+                let conv = if kind == LayerKind::Conv {
+                    Some(ShortConv {
+                        in_proj: need(&n("shortconv.in_proj.weight"), &[3 * h, h])?,
+                        taps: need(&n("shortconv.conv.weight"), &[h, width])?,
+                        out_proj: need(&n("shortconv.out_proj.weight"), &[h, h])?,
+                    })
+                } else {
+                    None
+                };
                 layers.push(Layer {
+                    kind,
                     attn_norm: need(&n("attn_norm.weight"), &[h])?,
-                    wq: need(&n("attn_q.weight"), &[q, h])?,
-                    wk: need(&n("attn_k.weight"), &[kv, h])?,
-                    wv: need(&n("attn_v.weight"), &[kv, h])?,
-                    bq: get(&n("attn_q.bias"), &[q])?,
-                    bk: get(&n("attn_k.bias"), &[kv])?,
-                    bv: get(&n("attn_v.bias"), &[kv])?,
-                    wo: need(&n("attn_output.weight"), &[h, q])?,
+                    attn,
+                    conv,
+                    post_attn_norm: get(&n("post_attention_norm.weight"), &[h])?,
                     ffn_norm: need(&n("ffn_norm.weight"), &[h])?,
+                    post_ffw_norm: get(&n("post_ffw_norm.weight"), &[h])?,
                     w_gate: need(&n("ffn_gate.weight"), &[f, h])?,
                     w_up: need(&n("ffn_up.weight"), &[f, h])?,
                     w_down: need(&n("ffn_down.weight"), &[h, f])?,
@@ -204,6 +295,18 @@ fn silu(v: f32) -> f32 {
     v / (1.0 + (-v).exp())
 }
 
+/// GELU, tanh approximation (Gemma's `gelu_pytorch_tanh`).
+fn gelu_tanh(v: f32) -> f32 {
+    const C: f32 = 0.797_884_6; // sqrt(2/pi)
+    0.5 * v * (1.0 + (C * (v + 0.044715 * v * v * v)).tanh())
+}
+
+/// RMSNorm of each `w.len()`-wide head of `v` in place.
+fn head_norm(v: &mut [f32], w: &[f32], eps: f32) {
+    let n = rms_norm(v, w, eps);
+    v.copy_from_slice(&n);
+}
+
 /// Keys/values visible to one attention call: the past cache (masked) then own rows.
 pub struct KvView<'a> {
     pub past_k: Option<&'a [f32]>,
@@ -222,15 +325,27 @@ pub struct LayerIo<'a> {
     pub cos: &'a [f32],
     pub sin: &'a [f32],
     pub mask: &'a [f32],
+    /// Sliding layers' RoPE rows (`cos_local`, `sin_local`) and mask (`cmask_local`);
+    /// `None`: they use the global ones.
+    pub local_rope: Option<(&'a [f32], &'a [f32])>,
+    pub local_mask: Option<&'a [f32]>,
     /// Decode form: mask covers only the past (ctx columns); own key always visible.
     pub self_visible: bool,
+    /// Per layer: a conv layer's state before these rows ([H, W], oldest column first);
+    /// `None` (or a shorter list): zeros.
+    pub conv_past: &'a [Option<Vec<f32>>],
 }
 
 pub struct LayerOut {
     pub y: Vec<f32>,
-    /// Per layer: K (after RoPE) and V for the processed rows, [rows, K] position-major.
+    /// Per layer: K (after RoPE) and V for the processed rows, [rows, K] position-major
+    /// (empty for conv layers).
     pub new_k: Vec<Vec<f32>>,
     pub new_v: Vec<Vec<f32>>,
+    /// Per layer: a conv layer's B*x rows [rows, H] and its state after them [H, W]
+    /// (empty for attention layers).
+    pub conv_bx: Vec<Vec<f32>>,
+    pub conv_present: Vec<Vec<f32>>,
 }
 
 impl Weights {
@@ -240,118 +355,159 @@ impl Weights {
         let kdim = nkv * hd;
         let rows = io.rows;
         let group = nh / nkv;
-        let scale = 1.0 / (hd as f32).sqrt();
+        let scale = c.attn_scale.unwrap_or(1.0 / (hd as f32).sqrt());
+        let gelu = c.act.as_deref() == Some("gelu_tanh");
         let mut x = io.x;
-        let mut new_k = Vec::with_capacity(self.layers.len());
-        let mut new_v = Vec::with_capacity(self.layers.len());
+        let n_layers = self.layers.len();
+        let mut new_k = Vec::with_capacity(n_layers);
+        let mut new_v = Vec::with_capacity(n_layers);
+        let mut conv_bx = Vec::with_capacity(n_layers);
+        let mut conv_present = Vec::with_capacity(n_layers);
         for (li, l) in self.layers.iter().enumerate() {
             let n = rms_norm(&x, &l.attn_norm, c.rms_eps);
-            let mut q = matmul(&n, rows, &l.wq, h, l.bq.as_deref());
-            let mut k = matmul(&n, rows, &l.wk, h, l.bk.as_deref());
-            let v = matmul(&n, rows, &l.wv, h, l.bv.as_deref());
-            for r in 0..rows {
-                let (cr, sr) = (&io.cos[r * hd..(r + 1) * hd], &io.sin[r * hd..(r + 1) * hd]);
-                rope(&mut q[r * nh * hd..(r + 1) * nh * hd], nh, hd, cr, sr);
-                rope(&mut k[r * kdim..(r + 1) * kdim], nkv, hd, cr, sr);
-            }
-            let kv = past.get(li);
-            let ctx = kv.map_or(0, |p| if p.past_k.is_some() { p.ctx } else { 0 });
-            let mcols = if io.self_visible { ctx } else { ctx + rows };
-            let mut attn = vec![0f32; rows * nh * hd];
-            let mut scores = vec![0f32; ctx + rows];
-            for r in 0..rows {
-                let mrow = &io.mask[r * mcols..(r + 1) * mcols];
-                for head in 0..nh {
-                    let g = head / group;
-                    let qh = &q[(r * nh + head) * hd..(r * nh + head + 1) * hd];
-                    let mut maxv = f32::NEG_INFINITY;
-                    // Past rows.
-                    for j in 0..ctx {
-                        let m = mrow[j];
-                        scores[j] = if m == f32::NEG_INFINITY {
-                            f32::NEG_INFINITY
-                        } else {
-                            let kp = kv_row(
-                                kv.unwrap().past_k.unwrap(),
-                                kv.unwrap().layout,
-                                ctx,
-                                nkv,
-                                hd,
-                                g,
-                                j,
-                            );
-                            dot(qh, kp) * scale + m
-                        };
-                        maxv = maxv.max(scores[j]);
+            let mixed = if let Some(cv) = &l.conv {
+                let (o, bx, present) = short_conv(
+                    cv,
+                    &n,
+                    rows,
+                    h,
+                    io.conv_past.get(li).and_then(|p| p.as_deref()),
+                );
+                conv_bx.push(bx);
+                conv_present.push(present);
+                new_k.push(Vec::new());
+                new_v.push(Vec::new());
+                o
+            } else {
+                let a = l.attn.as_ref().expect("attention layers load their weights");
+                let (cos, sin, mask) = match (l.kind, io.local_rope) {
+                    (LayerKind::Sliding, Some((c2, s2))) => {
+                        (c2, s2, io.local_mask.unwrap_or(io.mask))
                     }
-                    // Own rows.
-                    let own = if io.self_visible { r + 1 } else { rows };
-                    for j in 0..own {
-                        let m = if io.self_visible { 0.0 } else { mrow[ctx + j] };
-                        let kj = &k[j * kdim + g * hd..j * kdim + (g + 1) * hd];
-                        let s = if m == f32::NEG_INFINITY {
-                            f32::NEG_INFINITY
-                        } else {
-                            dot(qh, kj) * scale + m
-                        };
-                        scores[ctx + j] = s;
-                        maxv = maxv.max(s);
+                    (LayerKind::Sliding, None) => {
+                        (io.cos, io.sin, io.local_mask.unwrap_or(io.mask))
                     }
-                    let total = ctx + own;
-                    let mut sum = 0f32;
-                    for s in &mut scores[..total] {
-                        *s = if maxv == f32::NEG_INFINITY {
-                            0.0
-                        } else {
-                            (*s - maxv).exp()
-                        };
-                        sum += *s;
-                    }
-                    let out = &mut attn[(r * nh + head) * hd..(r * nh + head + 1) * hd];
-                    if sum == 0.0 {
-                        continue;
-                    }
-                    for (j, &sc) in scores[..total].iter().enumerate() {
-                        let p = sc / sum;
-                        if p == 0.0 {
+                    _ => (io.cos, io.sin, io.mask),
+                };
+                let mut q = matmul(&n, rows, &a.wq, h, a.bq.as_deref());
+                let mut k = matmul(&n, rows, &a.wk, h, a.bk.as_deref());
+                let v = matmul(&n, rows, &a.wv, h, a.bv.as_deref());
+                if let Some(w) = &a.q_norm {
+                    head_norm(&mut q, w, c.rms_eps);
+                }
+                if let Some(w) = &a.k_norm {
+                    head_norm(&mut k, w, c.rms_eps);
+                }
+                for r in 0..rows {
+                    let (cr, sr) = (&cos[r * hd..(r + 1) * hd], &sin[r * hd..(r + 1) * hd]);
+                    rope(&mut q[r * nh * hd..(r + 1) * nh * hd], nh, hd, cr, sr);
+                    rope(&mut k[r * kdim..(r + 1) * kdim], nkv, hd, cr, sr);
+                }
+                let kv = past.get(li).filter(|p| p.past_k.is_some());
+                let ctx = kv.map_or(0, |p| p.ctx);
+                let mcols = if io.self_visible { ctx } else { ctx + rows };
+                let mut attn = vec![0f32; rows * nh * hd];
+                let mut scores = vec![0f32; ctx + rows];
+                for r in 0..rows {
+                    let mrow = &mask[r * mcols..(r + 1) * mcols];
+                    for head in 0..nh {
+                        let g = head / group;
+                        let qh = &q[(r * nh + head) * hd..(r * nh + head + 1) * hd];
+                        let mut maxv = f32::NEG_INFINITY;
+                        // Past rows.
+                        for j in 0..ctx {
+                            let m = mrow[j];
+                            scores[j] = if m == f32::NEG_INFINITY {
+                                f32::NEG_INFINITY
+                            } else {
+                                let p = kv.expect("ctx > 0 only with a past");
+                                let kp = kv_row(p.past_k.unwrap(), p.layout, ctx, nkv, hd, g, j);
+                                dot(qh, kp) * scale + m
+                            };
+                            maxv = maxv.max(scores[j]);
+                        }
+                        // Own rows.
+                        let own = if io.self_visible { r + 1 } else { rows };
+                        for j in 0..own {
+                            let m = if io.self_visible { 0.0 } else { mrow[ctx + j] };
+                            let kj = &k[j * kdim + g * hd..j * kdim + (g + 1) * hd];
+                            let s = if m == f32::NEG_INFINITY {
+                                f32::NEG_INFINITY
+                            } else {
+                                dot(qh, kj) * scale + m
+                            };
+                            scores[ctx + j] = s;
+                            maxv = maxv.max(s);
+                        }
+                        let total = ctx + own;
+                        let mut sum = 0f32;
+                        for s in &mut scores[..total] {
+                            *s = if maxv == f32::NEG_INFINITY {
+                                0.0
+                            } else {
+                                (*s - maxv).exp()
+                            };
+                            sum += *s;
+                        }
+                        let out = &mut attn[(r * nh + head) * hd..(r * nh + head + 1) * hd];
+                        if sum == 0.0 {
                             continue;
                         }
-                        let vr = if j < ctx {
-                            kv_row(
-                                kv.unwrap().past_v.unwrap(),
-                                kv.unwrap().layout,
-                                ctx,
-                                nkv,
-                                hd,
-                                g,
-                                j,
-                            )
-                        } else {
-                            let jj = j - ctx;
-                            &v[jj * kdim + g * hd..jj * kdim + (g + 1) * hd]
-                        };
-                        for d in 0..hd {
-                            out[d] += p * vr[d];
+                        for (j, &sc) in scores[..total].iter().enumerate() {
+                            let p = sc / sum;
+                            if p == 0.0 {
+                                continue;
+                            }
+                            let vr = if j < ctx {
+                                let pv = kv.expect("ctx > 0 only with a past");
+                                kv_row(pv.past_v.unwrap(), pv.layout, ctx, nkv, hd, g, j)
+                            } else {
+                                let jj = j - ctx;
+                                &v[jj * kdim + g * hd..jj * kdim + (g + 1) * hd]
+                            };
+                            for d in 0..hd {
+                                out[d] += p * vr[d];
+                            }
                         }
                     }
                 }
-            }
-            let o = matmul(&attn, rows, &l.wo, nh * hd, None);
-            for (xi, oi) in x.iter_mut().zip(&o) {
+                new_k.push(k);
+                new_v.push(v);
+                conv_bx.push(Vec::new());
+                conv_present.push(Vec::new());
+                matmul(&attn, rows, &a.wo, nh * hd, None)
+            };
+            let mixed = match &l.post_attn_norm {
+                Some(w) => rms_norm(&mixed, w, c.rms_eps),
+                None => mixed,
+            };
+            for (xi, oi) in x.iter_mut().zip(&mixed) {
                 *xi += oi;
             }
             let n2 = rms_norm(&x, &l.ffn_norm, c.rms_eps);
             let gate = matmul(&n2, rows, &l.w_gate, h, None);
             let up = matmul(&n2, rows, &l.w_up, h, None);
-            let act: Vec<f32> = gate.iter().zip(&up).map(|(g, u)| silu(*g) * u).collect();
+            let act: Vec<f32> = gate
+                .iter()
+                .zip(&up)
+                .map(|(g, u)| if gelu { gelu_tanh(*g) * u } else { silu(*g) * u })
+                .collect();
             let down = matmul(&act, rows, &l.w_down, c.ffn, None);
+            let down = match &l.post_ffw_norm {
+                Some(w) => rms_norm(&down, w, c.rms_eps),
+                None => down,
+            };
             for (xi, di) in x.iter_mut().zip(&down) {
                 *xi += di;
             }
-            new_k.push(k);
-            new_v.push(v);
         }
-        LayerOut { y: x, new_k, new_v }
+        LayerOut {
+            y: x,
+            new_k,
+            new_v,
+            conv_bx,
+            conv_present,
+        }
     }
 
     /// Final RMSNorm then the vocabulary projection.
@@ -364,6 +520,53 @@ impl Weights {
     pub fn project(&self, normed: &[f32]) -> Vec<f32> {
         matmul(normed, 1, self.lm.as_ref().unwrap(), self.cfg.hidden, None)
     }
+}
+
+/// LFM2's gated short convolution over `rows` normalised rows: [B, C, x] = in_proj(n),
+/// y = C * conv(B * x), out_proj(y). The causal depthwise conv reads the state `past`
+/// ([H, W], oldest column first; zeros when absent) before the first row. Returns the
+/// projected rows, the B*x rows [rows, H] and the state after the last row [H, W].
+fn short_conv(
+    cv: &ShortConv,
+    n: &[f32],
+    rows: usize,
+    h: usize,
+    past: Option<&[f32]>,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let w = cv.taps.len() / h;
+    let bcx = matmul(n, rows, &cv.in_proj, h, None);
+    let mut bx = vec![0f32; rows * h];
+    for r in 0..rows {
+        let row = &bcx[r * 3 * h..(r + 1) * 3 * h];
+        for i in 0..h {
+            bx[r * h + i] = row[i] * row[2 * h + i];
+        }
+    }
+    // Column t of the history: t < w are the past state, then one per row.
+    let hist = |i: usize, t: usize| -> f32 {
+        if t < w {
+            past.map_or(0.0, |p| p[i * w + t])
+        } else {
+            bx[(t - w) * h + i]
+        }
+    };
+    let mut y = vec![0f32; rows * h];
+    for r in 0..rows {
+        for i in 0..h {
+            let mut acc = 0f32;
+            for k in 0..w {
+                acc += cv.taps[i * w + k] * hist(i, r + 1 + k);
+            }
+            y[r * h + i] = bcx[r * 3 * h + h + i] * acc;
+        }
+    }
+    let mut present = vec![0f32; h * w];
+    for i in 0..h {
+        for k in 0..w {
+            present[i * w + k] = hist(i, rows + k);
+        }
+    }
+    (matmul(&y, rows, &cv.out_proj, h, None), bx, present)
 }
 
 /// Row `j` of KV head `g` in a cache of either layout.
