@@ -436,6 +436,10 @@ impl Manifest {
             None => return Err(err("model: missing field `arch`".into())),
         };
         let p = &mut raw.params;
+        // Only the LFM2 schema-v1 form (it gives kv_dim) leaves the head count out.
+        if p.n_heads.is_none() && p.kv_dim.is_none() {
+            return Err(err("params: missing field `n_heads`".into()));
+        }
         if p.n_kv_heads == 0 {
             match p.kv_dim {
                 Some(k) if p.head_dim > 0 && k > 0 && k % p.head_dim == 0 => {
@@ -606,15 +610,26 @@ impl Manifest {
                     io: BTreeMap::new(),
                 })
             };
-            let decode = match &c.decode {
-                Some(d) => gref(d, "artifacts.contexts.decode", true)?,
-                None => return Err(err("artifacts.contexts: missing field `decode`".into())),
+            // LFM2 shared-v1 lists only `shared` and `lmhead`: the prefill and decode graphs
+            // are in the shared binary, named by `plan.params`.
+            let in_shared = ContextRef {
+                bin: None,
+                graph: None,
             };
-            let prefill = c
-                .prefill
-                .as_ref()
-                .map(|r| gref(r, "artifacts.contexts.prefill", true))
-                .transpose()?;
+            let decode = match (&c.decode, &shared) {
+                (Some(d), _) => gref(d, "artifacts.contexts.decode", true)?,
+                (None, Some(_)) => gref(&in_shared, "artifacts.contexts.decode", true)?,
+                (None, None) => {
+                    return Err(err("artifacts.contexts: missing field `decode`".into()))
+                }
+            };
+            let prefill = match (&c.prefill, &shared) {
+                (Some(r), _) => Some(gref(r, "artifacts.contexts.prefill", true)?),
+                (None, Some(_)) if raw.plan.params.contains_key("prefill") => {
+                    Some(gref(&in_shared, "artifacts.contexts.prefill", true)?)
+                }
+                _ => None,
+            };
             let verify = c
                 .verify
                 .as_ref()
@@ -895,6 +910,16 @@ mod tests {
         assert!(m.unknown_keys.is_empty(), "{:?}", m.unknown_keys);
         let e = parse(&s.replace(r#""kv_dim":4"#, r#""kv_dim":6"#)).unwrap_err();
         assert!(e.to_string().contains("params.kv_dim: 6 is not a positive multiple of head_dim 4"), "{e}");
+        // shared-v1: one binary for prefill and decode, graphs named by plan.params.
+        let shared = s.replace(
+            r#""prefill":{"bin":"pf.bin"},"decode":{"bin":"dec.bin"},"#,
+            r#""shared":{"bin":"lfm_2048_shared.bin"},"#,
+        );
+        let m = parse(&shared).unwrap();
+        assert_eq!(m.decode.bin, PathBuf::from("/root/lfm_2048_shared.bin"));
+        let pre = m.prefill.as_ref().unwrap();
+        assert_eq!(pre.bin, PathBuf::from("/root/lfm_2048_shared.bin"));
+        assert_eq!(pre.graph.as_deref(), Some("lfm230_pf_512_w8"));
         let e = parse(&s.replace(r#""name":"lfm2-5-230m""#, r#""name":"x""#)).unwrap_err();
         assert!(e.to_string().contains("model: missing field `arch`"), "{e}");
     }
