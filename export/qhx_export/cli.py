@@ -86,11 +86,23 @@ def parser() -> argparse.ArgumentParser:
         default="qhx",
         help="qhx manifest, Genie config, or both (default qhx)",
     )
+    ap.add_argument(
+        "--layout",
+        choices=("qhx", "lfm2-split-v1", "lfm2-shared-v1"),
+        default="qhx",
+        help="file / graph names and manifest form: qhx (default), or the LFM2 runner's bundles "
+        "(lfm2-split-v1: LFM2.5-230M's three binaries; lfm2-shared-v1: LFM2.5-350M's shared prefill/"
+        "decode binary); LFM2 only, fp16 graph I/O",
+    )
     ap.add_argument("--name", help="file / graph name prefix (default: from the input's name)")
     ap.add_argument("--model-name", help="manifest model.name (default: from the input's name)")
     emu = ap.add_argument_group("--target emu")
-    emu.add_argument("--io", choices=("f32", "f16", "ufixed16"), default="f32", help="graph I/O dtype")
-    emu.add_argument("--embed-dtype", choices=("f32", "f16"), default="f32")
+    emu.add_argument(
+        "--io",
+        choices=("f32", "f16", "ufixed16"),
+        help="graph I/O dtype (default f32; f16 with --layout lfm2-*)",
+    )
+    emu.add_argument("--embed-dtype", choices=("f32", "f16"), help="default f32; f16 with --layout lfm2-*")
     emu.add_argument(
         "--weights",
         choices=("q", "f32"),
@@ -245,14 +257,15 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
     from qhx_export.write.htp import HtpOptions, write_bundle, write_report
 
     for opt, val in (
-        ("--io", a.io != "f32"),
+        ("--io", a.io is not None),
         ("--weights", a.weights != "q"),
         ("--shared", a.shared),
         ("--kv-layout", a.kv_layout != "pos_major"),
-        ("--embed-dtype", a.embed_dtype != "f32"),
+        ("--embed-dtype", a.embed_dtype is not None),
     ):
         if val:
             raise ExportError(f"{opt} is an option of --target emu")
+    _check_layout(a, ck, io_f16=(a.precision or "fp16") == "fp16")
     if not ck.family.htp_graphs:
         raise NotImplementedYet(
             f"{a.input}: --target htp has no {ck.family.name} graphs yet; use --target emu"
@@ -277,6 +290,7 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
         fp16_weights=DEFAULT_FP16_WEIGHTS if a.fp16_weights is None else a.fp16_weights,
         fmt=a.format,
         model_name=a.model_name,
+        layout=a.layout,
     )
     from qhx_export.compile.htp import stdout_to_stderr
 
@@ -331,6 +345,10 @@ def _export_emu(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
         raise NotImplementedYet(f"--kv-dtype {a.kv_dtype} is not implemented for --target emu")
     if a.format != "qhx":
         raise NotImplementedYet(f"--format {a.format} is not implemented for --target emu (qhx only)")
+    if a.layout != "qhx":  # the contract's I/O and embedding are fp16
+        a.io, a.embed_dtype = a.io or "f16", a.embed_dtype or "f16"
+    a.io, a.embed_dtype = a.io or "f32", a.embed_dtype or "f32"
+    _check_layout(a, ck, io_f16=a.io == "f16" and a.embed_dtype == "f16")
     arches = list(ARCHES) if a.arch == "all" else [a.arch or "v81"]
     name = a.name or _name(ck.default_name())
     manifests = []
@@ -351,6 +369,7 @@ def _export_emu(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
                 embed_dtype=a.embed_dtype,
                 weights=a.weights,
                 model_name=a.model_name,
+                layout=a.layout,
                 dsp_arch=arch,
                 soc_model=a.soc if a.soc is not None else SOC_DEFAULT[arch],
                 writer=f"qhx-export {__version__}",
@@ -359,6 +378,29 @@ def _export_emu(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
             manifests.append(os.path.relpath(path, tmp))
     log(f"done in {time.monotonic() - t0:.1f}s")
     return [os.path.join(os.path.normpath(a.out), m) for m in manifests]
+
+
+def _check_layout(a: argparse.Namespace, ck: Any, io_f16: bool) -> None:
+    from qhx_export.write import lfm2_layout
+
+    lay = lfm2_layout.get(a.layout)
+    if lay is None:
+        return
+    lfm2_layout.check(
+        lay,
+        ck.family.name,
+        prefill=a.prefill,
+        verify_rows=a.verify_rows,
+        io_f16=io_f16,
+        name=a.name,
+        model_name=a.model_name,
+        extra={
+            "--shared": a.shared,
+            "--kv-layout head_major": a.kv_layout != "pos_major",
+            "--format genie": a.format != "qhx",
+            "--kv-dtype u8": a.kv_dtype != "f16",
+        },
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

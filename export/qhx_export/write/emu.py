@@ -27,6 +27,7 @@ from qhx_export import ExportError, NotImplementedYet
 from qhx_export.dequant import GgmlType, type_name
 from qhx_export.families.base import Config, f32_value
 from qhx_export.read.base import Checkpoint, sha256_file
+from qhx_export.write import lfm2_layout
 from qhx_export.write.files import atomic_open
 
 MAGIC = b"QHXEMUCB"
@@ -59,6 +60,7 @@ class EmuOptions:
     soc_model: int = 87
     writer: str = "qhx-export"  # manifest source.writer
     dequantizer: str = "qhx_export.dequant"  # named in source.weights
+    layout: str = "qhx"  # qhx, or an LFM2 runner form (qhx_export.write.lfm2_layout)
 
 
 def align(n: int, a: int = ALIGN) -> int:
@@ -274,6 +276,14 @@ def write_graph_binaries(
     sizes: dict[str, int] = {}
     if graphs["decode"].get("final_norm"):
         blk = blk + [w for w in head if w[0] == "output_norm.weight"]
+    lay = lfm2_layout.get(o.layout)
+    if lay is not None:  # the LFM2 runner's files: the graphs were named by write_bundle
+        for key, f in lay.bins.items():
+            roles = ["prefill", "decode"] if key == "shared" else [key]
+            w = head if key == "lmhead" else blk
+            sizes[f] = write_context(os.path.join(out_dir, f), p, [graphs[r] for r in roles], w, o)
+            refs[key] = {"bin": f}
+        return {"refs": refs, "sizes": sizes}
     if o.shared:
         f = f"{o.name}_shared.bin"
         layer_graphs = [graphs[k] for k in ("prefill", "decode", "verify") if k in graphs]
@@ -509,6 +519,10 @@ def write_bundle(
     ranges = load_ranges(o.calib)
     hdr = model_header(ck)
     graphs = graphs_for(hdr, o, ranges)
+    lay = lfm2_layout.get(o.layout)
+    if lay is not None:
+        for r, g in graphs.items():
+            g["name"] = lay.graphs[r]
 
     blk_names = [n for n in ck.names() if n.startswith("blk.")]
     tick = progress("convert weights", len(blk_names) + 2) if progress else (lambda: None)
@@ -525,6 +539,8 @@ def write_bundle(
     del blk, head
 
     files = {"embed": f"{o.name}_embed_{o.embed_dtype}.bin", "tokenizer": "tokenizer.json"}
+    if lay is not None:
+        files = {"embed": lfm2_layout.EMBED, "tokenizer": lfm2_layout.TOKENIZER}
     emb = ck.float32("token_embd.weight")
     scale = ck.family.embed_scale(c)
     if scale is not None:  # Gemma: the host table carries sqrt(hidden), the lm-head does not
@@ -543,6 +559,11 @@ def write_bundle(
 
     man_name = f"{o.name}.json"
     man = manifest(ck, o, files, written["refs"], encs)
+    if lay is not None:
+        man_name = lfm2_layout.manifest_file(lay, o.model_name)
+        man = lfm2_layout.manifest(
+            c, lay, o.model_name, o.dsp_arch, o.ctx, ck.bos_token_id(), ck.eos_token_id()
+        )
     data = json.dumps(man, indent=2, ensure_ascii=False).encode("utf-8") + b"\n"
     with atomic_open(os.path.join(out_dir, man_name)) as f:
         f.write(data)

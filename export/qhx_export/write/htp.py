@@ -55,6 +55,7 @@ class HtpOptions:
     fp16_weights: tuple[str, ...] = ()  # quantized precisions: weight kinds kept fp16
     fmt: str = "qhx"  # qhx | genie | both
     model_name: str | None = None
+    layout: str = "qhx"  # qhx, or an LFM2 runner form (qhx_export.write.lfm2_layout)
     report: dict[str, Any] = field(default_factory=dict)  # filled while writing
 
 
