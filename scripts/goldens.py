@@ -91,8 +91,15 @@ def versions():
             "numpy": np.__version__, "tokenizers": tokenizers.__version__}
 
 
-def greedy(model, ids):
-    """HF fp32 greedy with the KV cache; EOS ignored. Returns ids and top-5 of 4 steps."""
+# Families whose goldens also record every step's top-2 (id, logit): their f16 floor is 98 %,
+# one step in 32, so a later step whose HF top-2 gap is below f16 resolution must be
+# recognisable as such (scripts/parity.py's tie rule). The older goldens keep their format.
+TOP2_ALL = {"qwen3", "lfm2", "gemma3w", "gemma3"}
+
+
+def greedy(model, ids, top2=None):
+    """HF fp32 greedy with the KV cache; EOS ignored. Returns ids and top-5 of 8 steps; with
+    a `top2` list, appends every step's top-2 to it."""
     import torch
     out_ids, top = [], []
     with torch.no_grad():
@@ -102,6 +109,9 @@ def greedy(model, ids):
             if step < 8:
                 v, i = torch.topk(logits, 5)
                 top.append([[int(a), round(float(b), 4)] for a, b in zip(i, v)])
+            if top2 is not None:
+                v, i = torch.topk(logits, 2)
+                top2.append([[int(a), round(float(b), 4)] for a, b in zip(i, v)])
             tok = int(torch.argmax(logits))  # first maximum: ties go to the lower id
             out_ids.append(tok)
             out = model(torch.tensor([[tok]]), past_key_values=past, use_cache=True)
@@ -178,12 +188,16 @@ def family_goldens(family, model, tok_path, made, vinfo, hf_tok=None):
         ids = encode(prompt)
         if bos is not None and (not ids or ids[0] != bos):
             ids = [bos] + ids
-        gold, top = greedy(model, ids)
-        dump(os.path.join(GOLD, "parity", f"{family}_{case}.json"), {
+        top2 = [] if family in TOP2_ALL else None
+        gold, top = greedy(model, ids, top2)
+        doc = {
             "family": family, "case": case, "prompt": prompt, "input_ids": ids,
             "gold_ids": gold, "gold_text": decode(gold),
             "top5_first8": top, "how_made": {"script": "scripts/goldens.py", "reference": "HF transformers fp32 greedy, KV cache, EOS ignored", **made, "versions": vinfo},
-        })
+        }
+        if top2 is not None:
+            doc["top2_all"] = top2
+        dump(os.path.join(GOLD, "parity", f"{family}_{case}.json"), doc)
         print(f"goldens: {family}/{case}: {len(ids)} prompt ids -> {gold[:8]}...", file=sys.stderr)
 
 

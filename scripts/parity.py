@@ -16,8 +16,9 @@ ids of >= 90 % in every case (a per-case floor; the pooled rate is reported too)
 Ties. A step where our pick differs from HF's counts as agreeing only when our pick is HF's
 runner-up and HF's top-2 logit gap is below the resolution of the graph's logits dtype at
 that magnitude (one f16 step for f16 / fixed-point bundles, whose lm-head emits f16): such a
-graph cannot order the two. Runner-ups are recorded for the first 8 steps (top5_first8), so
-later divergences are never excused. The steps after a tie are still checked: the run is
+graph cannot order the two. Runner-ups are recorded for the first 8 steps (top5_first8), and
+for every step in the goldens of the families with a 98 % floor (top2_all); a divergence
+where no runner-up is recorded is never excused. The steps after a tie are still checked: the run is
 teacher-forced. scripts/real_parity.py applies the same rule on the real backend.
 Prints one line per case and a closing 'N passed, M failed'. Exit 1 if anything failed.
 """
@@ -52,7 +53,8 @@ def ulp(x: float, dtype: str) -> float:
 def tie(g, step, picked, dtype="f16") -> bool:
     """True when `picked` is HF's runner-up at `step` and HF's top-2 logits there differ by
     less than one `dtype` step at their magnitude."""
-    top = g.get("top5_first8", [])
+    # Newer goldens record every step's top-2 (top2_all); older ones the first 8 steps'.
+    top = g.get("top2_all") or g.get("top5_first8", [])
     if step >= len(top):
         return False
     (_, a), (j, b) = top[step][0], top[step][1]
@@ -60,7 +62,8 @@ def tie(g, step, picked, dtype="f16") -> bool:
 
 
 def tie_text(g, step) -> str:
-    (i, a), (j, b) = g["top5_first8"][step][0], g["top5_first8"][step][1]
+    top = g.get("top2_all") or g["top5_first8"]
+    (i, a), (j, b) = top[step][0], top[step][1]
     return f"{i}:{a} / {j}:{b}"
 
 
@@ -108,9 +111,17 @@ VERIFIES: list = []
 
 
 def manifest(bundles, family, variant):
+    """The bundle dir and its manifest: tiny_<family>.json (tiny models), else <family>.json
+    or smollm2.json, whichever the exporter wrote."""
     d = os.path.join(bundles, f"{family}-{variant}")
-    name = "smollm2.json" if family == "smollm2" else f"tiny_{family}.json"
-    return d, os.path.join(d, name)
+    for name in (f"tiny_{family}.json", f"{family}.json", "smollm2.json"):
+        if os.path.isfile(os.path.join(d, name)):
+            return d, os.path.join(d, name)
+    return d, os.path.join(d, f"tiny_{family}.json")
+
+
+# Issue 17's families carry a stricter f16 floor: 98 % teacher-forced per prompt.
+F16_FLOOR = {"qwen3": 0.98, "lfm2": 0.98, "gemma3w": 0.98, "gemma3": 0.98}
 
 
 def run(args, d, man, g, extra):
@@ -159,8 +170,9 @@ def check(args, g, variant, label):
     if bad_early is not None:
         return (False, f"diverges at step {bad_early} (< {F16_PREFIX}): expected {gold[bad_early]}, got "
                 f"{got[bad_early]}; {res['text']}", agreeing, len(gold), False)
-    if res["rate"] < F16_AGREEMENT:
-        return False, f"{res['text']}: below the per-case floor {F16_AGREEMENT:.0%}", agreeing, len(gold), res["ties"] > 0
+    floor = F16_FLOOR.get(g["family"], F16_AGREEMENT)
+    if res["rate"] < floor:
+        return False, f"{res['text']}: below the per-case floor {floor:.0%}", agreeing, len(gold), res["ties"] > 0
     return True, res["text"], agreeing, len(gold), res["ties"] > 0
 
 

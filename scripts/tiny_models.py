@@ -33,7 +33,7 @@ FAMILIES["llama3echo"] = dict(FAMILIES["llama3"], tied=True, seed=20261204)
 # Qwen3: no q/k/v bias, RMSNorm on each q/k head (q_norm/k_norm over head_dim) before RoPE,
 # head_dim 32 != hidden / n_heads, theta 1e6; DeepSeek-R1-Distill tokenizer as qwen2.
 FAMILIES["qwen3"] = dict(arch="qwen3", hidden=96, n_layers=2, n_heads=6, n_kv_heads=1, head_dim=32,
-                         ffn=256, vocab=151936, rope_theta=1000000.0, rms_eps=1e-6, tied=False,
+                         ffn=256, vocab=152064, rope_theta=1000000.0, rms_eps=1e-6, tied=False,
                          bias=False, qk_norm=True, rope_scaling=None, bos=151646, eos=[151643],
                          seed=20261205)
 # LFM2: gated short-convolution layers (in_proj -> B, C, x; C * conv3(B * x) -> out_proj) between

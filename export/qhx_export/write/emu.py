@@ -417,6 +417,14 @@ def manifest(
         source: dict[str, Any] = {"gguf": os.path.basename(ck.path), "gguf_sha256": sha256_file(ck.path)}
     else:
         source = {"hf": os.path.basename(os.path.abspath(ck.path))}
+        # A generated checkpoint (scripts/tiny_models.py) names its weights' checksum, which
+        # the parity goldens record: the parity run then refuses a bundle of other weights.
+        stamp = os.path.join(ck.path, "qhx_source.json")
+        if os.path.isfile(stamp):
+            with open(stamp, encoding="utf-8") as f:
+                made = json.load(f)
+            if isinstance(made, dict) and isinstance(made.get("weights_sha256"), str):
+                source["weights_sha256"] = made["weights_sha256"]
     source.update({"writer": o.writer, "weights": weights_description(ck, o, encs)})
     out: dict[str, Any] = {
         "schema_version": 1,
@@ -434,7 +442,7 @@ def manifest(
             "embed": {"file": files["embed"], "dtype": o.embed_dtype},
             "tokenizer": files["tokenizer"],
         },
-        "plan": {"op": "llama_generate", "ar": o.prefill_len if o.prefill != "none" else 1},
+        "plan": {"op": host_op(ck.family.emu_arch), "ar": o.prefill_len if o.prefill != "none" else 1},
         "source": source,
     }
     template = ck.chat_template()
@@ -444,6 +452,11 @@ def manifest(
     if layers:
         out["layers"] = layers
     return out
+
+
+def host_op(arch: str) -> str:
+    """QHexRT's host-op name for the family (informational: qhx runs the plan it resolves)."""
+    return "qwen3_generate" if arch == "qwen3" else "llama_generate"
 
 
 def layers_section(c: Config) -> dict[str, Any] | None:
