@@ -305,7 +305,14 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
                 where = os.path.relpath(p, tmp)
                 log(f"verify {where}: qhx_generate on the HTP simulator, {a.verify_tokens} steps x 2 prompts")
                 t1 = time.monotonic()
-                res = verify(ck, p, o.precision, a.verify_tokens, with_ort=not a.no_ort_check)
+                res = verify(
+                    ck,
+                    p,
+                    o.precision,
+                    a.verify_tokens,
+                    with_ort=not a.no_ort_check,
+                    real=o.report.get("real", {}).get(where),
+                )
                 res["seconds"] = round(time.monotonic() - t1, 1)
                 o.report["verify"][where] = res
                 for line in table(res).splitlines():

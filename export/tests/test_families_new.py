@@ -395,6 +395,7 @@ def test_lfm2_refuses(
 
 
 @pytest.mark.parametrize("family", ["gemma3", "lfm2"])
-def test_no_htp_graphs(tmp_path: Path, capsys: pytest.CaptureFixture[str], family: str) -> None:
-    rc, err = run([str(hf_copy(tmp_path, family)), "-o", str(tmp_path / "b"), "--target", "htp"], capsys)
-    one_line_error(rc, err, 2, f"no {family} graphs")
+def test_no_genie_bundles(tmp_path: Path, capsys: pytest.CaptureFixture[str], family: str) -> None:
+    args = [str(hf_copy(tmp_path, family)), "-o", str(tmp_path / "b"), "--target", "htp", "--format", "genie"]
+    rc, err = run(args, capsys)
+    one_line_error(rc, err, 2, f"Genie bundles of {family}")

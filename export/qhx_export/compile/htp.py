@@ -100,6 +100,21 @@ def compile_graph(
     return os.path.basename(wrapper), os.path.basename(binf), time.monotonic() - t0
 
 
+def rename_binary(out_dir: str, wrapper: str, binf: str, new: str) -> str:
+    """Rename a compiled context binary to `new` and point its EPContext wrapper at it."""
+    import onnx
+
+    os.replace(os.path.join(out_dir, binf), os.path.join(out_dir, new))
+    path = os.path.join(out_dir, wrapper)
+    m = onnx.load(path)
+    for node in m.graph.node:
+        for a in node.attribute:
+            if node.op_type == "EPContext" and a.name == "ep_cache_context":
+                a.s = new.encode("utf-8")
+    onnx.save(m, path)
+    return new
+
+
 @contextlib.contextmanager
 def stdout_to_stderr() -> Iterator[None]:
     """The QNN libraries print on stdout through C stdio (e.g. libnative's banner, flushed at

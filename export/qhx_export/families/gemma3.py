@@ -74,7 +74,6 @@ class Gemma3(Family):
     hf_model_types: ClassVar[tuple[str, ...]] = ("gemma3_text",)
     hf_architecture = "Gemma3ForCausalLM"
     emu_arch = "gemma3"
-    htp_graphs = False
     qk_norm = True
 
     @classmethod

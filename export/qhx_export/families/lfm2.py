@@ -94,7 +94,6 @@ class Lfm2(Family):
     hf_model_types: ClassVar[tuple[str, ...]] = ("lfm2",)
     hf_architecture = "Lfm2ForCausalLM"
     emu_arch = "lfm2"
-    htp_graphs = False
     qk_norm = True
 
     @classmethod

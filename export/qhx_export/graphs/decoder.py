@@ -1,4 +1,5 @@
-"""The decoder graphs of every family (Llama, Qwen2, Qwen3): prefill, decode and lm-head.
+"""The decoder graphs of every family (Llama, Qwen2, Qwen3, Gemma 3, LFM2): prefill, decode and
+lm-head.
 
 Graph I/O is the contract every qhx bundle has (tests/qnn-emu/FORMAT.md; the specs come from
 `qhx_export.write.emu.graphs_for`, so a real bundle and an emulator bundle of one shape bind
@@ -24,6 +25,18 @@ Design (from the seed bundles; each choice measured there):
   adding a large negative, which a 16-bit score tensor could not span.
 * RMSNorm inputs are multiplied by a power-of-two `prescale` so x^2 stays in fp16 range
   (SmolLM2's residual stream reaches ~22,000).
+
+Other layer shapes (the model's `layer_types`, as the emulator runs them: tests/qnn-emu/FORMAT.md):
+* Gemma 3: norms multiply by 1 + w (added here), a post-norm on the attention and FFN outputs,
+  q/k norms, the score scale query_pre_attn_scalar^-0.5 folded into the q-norm weight, a
+  gelu(tanh) gate; sliding_attention layers read `cos_local`/`sin_local`/`cmask_local` (the host
+  writes the window into the mask; the graph only adds it).
+* LFM2 conv layers: B, C, x = in_proj(n); y = C * conv(B * x); out_proj(y). A prefill from an
+  empty cache convolves its rows over zero padding and outputs B*x (`conv_bx_<i>`, the rows the
+  host seeds the decode state from); decode reads `past_conv_<i>` [H, W] (the last W values of
+  B*x, oldest first), outputs `present_conv_<i>` (the window with this token's B*x) and convolves
+  it.
+* `GraphOptions.io_f16`: every graph tensor fp16 (the LFM2 runner's contract), cast at the edges.
 """
 
 from __future__ import annotations
@@ -37,9 +50,9 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import TensorProto, helper
 
-from qhx_export.families.base import Config
+from qhx_export.families.base import Config, registered
 from qhx_export.graphs.builder import OPSET, Builder, value_info
 
 FLOAT_NODES_KEY = "qhx_float_nodes"  # model property: nodes mixed precision keeps in float
@@ -56,10 +69,18 @@ class GraphOptions:
     prescale: float = 1.0  # RMSNorm input scale (a power of two)
     fold_q_scale: bool = True  # 1/sqrt(Dh) into the q projection
     fp16_weights: tuple[str, ...] = ()  # quantized graphs: weight kinds kept fp16 ("attn_v", ...)
+    io_f16: bool = False  # fp16 graph I/O (float graphs only)
 
 
 def specs(
-    c: Config, name: str, ar: int, ctx: int, prefill: str, quantized: bool, verify_rows: int | None = None
+    c: Config,
+    name: str,
+    ar: int,
+    ctx: int,
+    prefill: str,
+    quantized: bool,
+    verify_rows: int | None = None,
+    io_f16: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Graph I/O specs by role (decode, lmhead, prefill unless prefill == "none", verify with
     `verify_rows`: that many rows over the decode cache)."""
@@ -71,12 +92,14 @@ def specs(
         "vocab": c.vocab,
         "n_layers": c.n_layers,
         "n_kv_heads": c.n_kv_heads,
+        "layer_types": list(c.types),
+        "conv_width": c.conv_width or 3,
     }
     o = EmuOptions(
         name=name,
         prefill_len=ar,
         ctx=ctx,
-        io="ufixed16" if quantized else "f32",
+        io="ufixed16" if quantized else ("f16" if io_f16 else "f32"),
         prefill=prefill,
         kv_layout="pos_major",
         verify_rows=verify_rows,
@@ -84,12 +107,16 @@ def specs(
     return graphs_for(p, o, None)
 
 
+def _elem(t: dict[str, Any]) -> int:
+    return TensorProto.FLOAT16 if t.get("dtype") == "f16" else TensorProto.FLOAT
+
+
 def _finish(b: Builder, spec: dict[str, Any], props: dict[str, str]) -> onnx.ModelProto:
     graph = helper.make_graph(
         b.nodes,
         spec["name"],
-        [value_info(t["name"], t["dims"]) for t in spec["inputs"]],
-        [value_info(t["name"], t["dims"]) for t in spec["outputs"]],
+        [value_info(t["name"], t["dims"], _elem(t)) for t in spec["inputs"]],
+        [value_info(t["name"], t["dims"], _elem(t)) for t in spec["outputs"]],
         b.inits,
     )
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="qhx-export")
@@ -98,6 +125,44 @@ def _finish(b: Builder, spec: dict[str, Any], props: dict[str, str]) -> onnx.Mod
         m, {**props, WEIGHTS_KEY: json.dumps(b.weights), FP16_NODES_KEY: json.dumps(b.fp16_nodes)}
     )
     return m
+
+
+def norm_weight(c: Config, w: WeightFn, name: str) -> np.ndarray:
+    """A norm's multiplier: Gemma's norms apply 1 + w (the checkpoint holds w)."""
+    arr = np.asarray(w(name), np.float32)
+    return (arr + np.float32(1.0)).astype(np.float32) if registered()[c.family].emu_adds_one(name) else arr
+
+
+def has_post_norms(c: Config) -> bool:
+    """Gemma 3: post_attention_norm / post_ffw_norm on the attention and FFN outputs."""
+    return "blk.0.post_attention_norm.weight" in registered()[c.family].tensor_shapes(c)
+
+
+def gelu_tanh(b: Builder, x: str) -> str:
+    """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); an fp16 overflow of x^3 saturates tanh to
+    +-1, the function's own limit."""
+    x3 = b.op("Mul", [b.op("Mul", [x, x]), x])
+    inner = b.op("Add", [x, b.op("Mul", [x3, b.const(np.float32(0.044715))])])
+    t = b.op("Tanh", [b.op("Mul", [inner, b.const(np.float32(math.sqrt(2.0 / math.pi)))])])
+    half = b.op("Mul", [x, b.const(np.float32(0.5))])
+    return b.op("Mul", [half, b.op("Add", [t, b.const(np.float32(1.0))])])
+
+
+def ffn_block(b: Builder, c: Config, w: WeightFn, i: int, x: str, o: GraphOptions) -> str:
+    """x + FFN(norm(x)) (Gemma: x + post_ffw_norm(FFN(norm(x))))."""
+    p = f"blk.{i}."
+
+    def keep(kind: str) -> bool:
+        return o.quantized and kind in o.fp16_weights
+
+    n = b.rmsnorm(x, norm_weight(c, w, p + "ffn_norm.weight"), c.rms_eps, o.prescale)
+    gate = b.linear(n, w(p + "ffn_gate.weight"), fp16=keep("ffn_gate"))
+    up = b.linear(n, w(p + "ffn_up.weight"), fp16=keep("ffn_up"))
+    g = gelu_tanh(b, gate) if c.act == "gelu_tanh" else b.op("Mul", [gate, b.op("Sigmoid", [gate])])
+    d = b.linear(b.op("Mul", [g, up]), w(p + "ffn_down.weight"), fp16=keep("ffn_down"))
+    if has_post_norms(c):
+        d = b.rmsnorm(d, norm_weight(c, w, p + "post_ffw_norm.weight"), c.rms_eps, o.prescale)
+    return b.residual(x, d)
 
 
 def decoder_layer(
@@ -114,18 +179,19 @@ def decoder_layer(
     mask_past: Callable[[str], str],
     mask_self: Callable[[str], str],
 ) -> tuple[str, str, str]:
-    """One pre-norm decoder layer over R rows x [R, H]: (x out, this step's K [R, n_kv, Dh] after
-    RoPE, V [R, n_kv, Dh]). `past` = (K^T [n_kv, 1, Dh, C], V [n_kv, 1, C, Dh], C) of the cache;
-    cos/sin [R, 1, Dh] (rotate-half, each frequency twice); mask_* turn raw scores into masked ones."""
+    """One pre-norm attention layer over R rows x [R, H]: (x out, this step's K [R, n_kv, Dh]
+    after RoPE, V [R, n_kv, Dh]). `past` = (K^T [n_kv, 1, Dh, C], V [n_kv, 1, C, Dh], C) of the
+    cache; cos/sin [R, 1, Dh] (rotate-half, each frequency twice); mask_* turn raw scores into
+    masked ones."""
     Dh, nh, nkv = c.head_dim, c.n_heads, c.n_kv_heads
     g_ = nh // nkv
-    qscale = np.float32(1.0 / math.sqrt(Dh)) if o.fold_q_scale else np.float32(1.0)
+    qscale = np.float32(c.score_scale) if o.fold_q_scale else np.float32(1.0)
     p = f"blk.{i}."
 
     def keep(kind: str) -> bool:
         return o.quantized and kind in o.fp16_weights
 
-    n = b.rmsnorm(x, w(p + "attn_norm.weight"), c.rms_eps, o.prescale)
+    n = b.rmsnorm(x, norm_weight(c, w, p + "attn_norm.weight"), c.rms_eps, o.prescale)
     qw, qb = w(p + "attn_q.weight"), w(p + "attn_q.bias") if c.qkv_bias else None
     if not c.qk_norm:  # fold the score scale into q (RoPE is linear)
         qw = qw * qscale
@@ -146,9 +212,10 @@ def decoder_layer(
         ),
         [R, nkv, Dh],
     )
-    if c.qk_norm:  # Qwen3: per-head RMSNorm of q and k before RoPE; the q scale goes in its weight
-        q = b.rmsnorm(q, w(p + "attn_q_norm.weight") * qscale, c.rms_eps, mixed=False)
-        k = b.rmsnorm(k, w(p + "attn_k_norm.weight"), c.rms_eps, mixed=False)
+    if c.qk_norm:  # per-head RMSNorm of q and k before RoPE; the q scale goes in its weight
+        qn = norm_weight(c, w, p + "attn_q_norm.weight") * qscale
+        q = b.rmsnorm(q, qn, c.rms_eps, mixed=False)
+        k = b.rmsnorm(k, norm_weight(c, w, p + "attn_k_norm.weight"), c.rms_eps, mixed=False)
     q = b.rope(q, cos, sin, Dh)
     k = b.rope(k, cos, sin, Dh)
     qg = b.reshape(b.transpose(q, [1, 0, 2]), [nkv, g_, R, Dh])
@@ -164,13 +231,58 @@ def decoder_layer(
     else:
         o_ = b.op("MatMul", [b.op("Softmax", [s_self], axis=-1), v_self])
     o_ = b.reshape(b.transpose(b.reshape(o_, [nh, R, Dh]), [1, 0, 2]), [R, c.q_rows])
-    x = b.residual(x, b.linear(o_, w(p + "attn_output.weight"), fp16=keep("attn_output")))
-    n = b.rmsnorm(x, w(p + "ffn_norm.weight"), c.rms_eps, o.prescale)
-    gate = b.linear(n, w(p + "ffn_gate.weight"), fp16=keep("ffn_gate"))
-    up = b.linear(n, w(p + "ffn_up.weight"), fp16=keep("ffn_up"))
-    act = b.op("Mul", [b.op("Mul", [gate, b.op("Sigmoid", [gate])]), up])
-    x = b.residual(x, b.linear(act, w(p + "ffn_down.weight"), fp16=keep("ffn_down")))
-    return x, k, v
+    a = b.linear(o_, w(p + "attn_output.weight"), fp16=keep("attn_output"))
+    if has_post_norms(c):
+        a = b.rmsnorm(a, norm_weight(c, w, p + "post_attention_norm.weight"), c.rms_eps, o.prescale)
+    x = b.residual(x, a)
+    return ffn_block(b, c, w, i, x, o), k, v
+
+
+def conv_layer(
+    b: Builder, c: Config, w: WeightFn, i: int, x: str, R: int, o: GraphOptions, past: str | None
+) -> tuple[str, str]:
+    """One LFM2 short-conv layer over R rows: (x out, state out). Without `past` (a prefill from
+    an empty cache) the state out is B*x [R, H]; with `past` ([H, W], decode, R = 1) it is the
+    window after this token, [H, W]."""
+    H, W = c.hidden, c.conv_width or 3
+    p = f"blk.{i}.shortconv."
+    n = b.rmsnorm(x, norm_weight(c, w, f"blk.{i}.attn_norm.weight"), c.rms_eps, o.prescale)
+    gb, gc, xs = b.split(b.linear(n, w(p + "in_proj.weight")), [H, H, H], axis=-1)
+    bx = b.op("Mul", [gb, xs])  # [R, H]
+    taps = np.asarray(w(p + "conv.weight"), np.float32).reshape(H, W)
+    if past is None:
+        padded = b.op("Concat", [b.const(np.zeros((W - 1, H), np.float32), "zpad"), bx], axis=0)
+        acc = None
+        for j in range(W):
+            rows = b.op(
+                "Slice",
+                [
+                    padded,
+                    b.const(np.array([j], np.int64), "st"),
+                    b.const(np.array([j + R], np.int64), "en"),
+                    b.const(np.array([0], np.int64), "ax"),
+                ],
+            )
+            term = b.op("Mul", [rows, b.const(np.ascontiguousarray(taps[:, j]), "tap")])
+            acc = term if acc is None else b.op("Add", [acc, term])
+        assert acc is not None
+        conv, state = acc, bx
+    else:
+        kept = b.op(
+            "Slice",
+            [
+                past,
+                b.const(np.array([1], np.int64), "st"),
+                b.const(np.array([W], np.int64), "en"),
+                b.const(np.array([1], np.int64), "ax"),
+            ],
+        )
+        state = b.op("Concat", [kept, b.reshape(bx, [H, 1])], axis=1)  # [H, W]
+        mixed = b.op("Mul", [state, b.const(taps, "taps")])
+        conv = b.reshape(b.op("ReduceSum", [mixed, b.const(np.array([1], np.int64))], keepdims=0), [1, H])
+    y = b.op("Mul", [gc, conv])
+    x = b.residual(x, b.linear(y, w(p + "out_proj.weight")))
+    return ffn_block(b, c, w, i, x, o), state
 
 
 def layer_graph(c: Config, w: WeightFn, spec: dict[str, Any], o: GraphOptions) -> onnx.ModelProto:
@@ -178,26 +290,34 @@ def layer_graph(c: Config, w: WeightFn, spec: dict[str, Any], o: GraphOptions) -
     H, Dh, L, nkv = c.hidden, c.head_dim, c.n_layers, c.n_kv_heads
     R, C = spec["seq"], spec["ctx"]
     decode = spec["kind"] == "decode"
-    has_past = decode or any(t["name"].startswith("past_") for t in spec["inputs"])
+    in_names = {t["name"] for t in spec["inputs"]}
+    has_past = decode or any(n.startswith("past_k_") for n in in_names)
+    f16 = {t["name"] for t in spec["inputs"] + spec["outputs"] if t.get("dtype") == "f16"}
     b = Builder()
     one = b.const(np.float32(1.0))
 
     def inp(name: str) -> str:
+        if name in f16:
+            name = b.op("Cast", [name], to=TensorProto.FLOAT)
         # A Mul by 1 makes the quantizer put one QuantizeLinear on the input, which the
         # writer turns into fixed-point graph I/O.
         return b.op("Mul", [name, one]) if o.quantized else name
 
+    def out(name: str, t: str, dims: list[int]) -> None:
+        if name in f16:
+            b.op("Cast", [b.reshape(t, dims)], out=name, to=TensorProto.FLOAT16)
+        elif o.quantized:  # a Mul by 1 gives the output a quantizer of its own (a Reshape would
+            # share its producer's), so a tied K/V range override holds
+            b.op("Mul", [b.reshape(t, dims), one], out=name)
+        else:
+            b.reshape(t, dims, out=name)
+
     x = b.reshape(inp("x"), [R, H])
-    cos = b.reshape(inp("cos"), [R, 1, Dh])
-    sin = b.reshape(inp("sin"), [R, 1, Dh])
-    mask_in = inp("cmask")
-    if decode:
-        m_past, m_self = b.reshape(mask_in, [1, 1, 1, C]), None
-    elif has_past:
-        mp, ms = b.split(b.reshape(mask_in, [R, C + R]), [C, R], axis=1)
-        m_past, m_self = b.reshape(mp, [1, 1, R, C]), b.reshape(ms, [1, 1, R, R])
-    else:
-        m_past, m_self = None, b.reshape(mask_in, [1, 1, R, R])
+    rope = {
+        sfx: (b.reshape(inp("cos" + sfx), [R, 1, Dh]), b.reshape(inp("sin" + sfx), [R, 1, Dh]))
+        for sfx in ("", "_local")
+        if "cos" + sfx in in_names
+    }
     floor = b.const(np.float32(QUANT_MASK_FLOOR)) if o.quantized else None
     neg1 = b.const(np.float32(-1.0))
 
@@ -208,8 +328,31 @@ def layer_graph(c: Config, w: WeightFn, spec: dict[str, Any], o: GraphOptions) -
             return b.op("Where", [b.op("Less", [m, neg1]), floor, s])
         return b.op("Add", [s, m])
 
+    masks: dict[str, tuple[str | None, str | None]] = {}
+    for sfx in ("", "_local"):
+        if "cmask" + sfx not in in_names:
+            continue
+        mask_in = inp("cmask" + sfx)
+        if decode:
+            masks[sfx] = (b.reshape(mask_in, [1, 1, 1, C]), None)
+        elif has_past:
+            mp, ms = b.split(b.reshape(mask_in, [R, C + R]), [C, R], axis=1)
+            masks[sfx] = (b.reshape(mp, [1, 1, R, C]), b.reshape(ms, [1, 1, R, R]))
+        else:
+            masks[sfx] = (None, b.reshape(mask_in, [1, 1, R, R]))
+
     out_dims = {t["name"]: t["dims"] for t in spec["outputs"]}
-    for i in range(L):
+    for i, kind in enumerate(c.types[:L]):
+        if kind == "conv":
+            past_conv = inp(f"past_conv_{i}") if decode else None
+            x, state = conv_layer(b, c, w, i, x, R, o, past_conv)
+            nm = f"present_conv_{i}" if decode else f"conv_bx_{i}"
+            if nm in out_dims:
+                out(nm, state, out_dims[nm])
+            continue
+        sfx = "_local" if kind == "sliding_attention" else ""
+        cos, sin = rope[sfx]
+        m_past, m_self = masks[sfx]
         past = None
         if has_past:
             kp = b.reshape(
@@ -219,35 +362,41 @@ def layer_graph(c: Config, w: WeightFn, spec: dict[str, Any], o: GraphOptions) -
                 b.transpose(b.reshape(inp(f"past_v_{i}"), [C, nkv, Dh]), [1, 0, 2]), [nkv, 1, C, Dh]
             )
             past = (kp, vp, C)
-        x, k, v = decoder_layer(
-            b, c, w, i, x, R, cos, sin, o, past, lambda s: masked(s, m_past), lambda s: masked(s, m_self)
-        )
-        for kind, t in (("k", k), ("v", v)):
-            nm = f"new_{kind}_{i}"
-            if o.quantized:  # a Mul by 1 gives the output a quantizer of its own (a Reshape would
-                # share its producer's), so a tied K/V range override holds
-                b.op("Mul", [b.reshape(t, out_dims[nm]), one], out=nm)
-            else:
-                b.reshape(t, out_dims[nm], out=nm)
+
+        def mp_(s: str, m: str | None = m_past) -> str:
+            return masked(s, m)
+
+        def ms_(s: str, m: str | None = m_self) -> str:
+            return masked(s, m)
+
+        x, k, v = decoder_layer(b, c, w, i, x, R, cos, sin, o, past, mp_, ms_)
+        for kv, t in (("k", k), ("v", v)):
+            out(f"new_{kv}_{i}", t, out_dims[f"new_{kv}_{i}"])
     layer_float = list(b.float_nodes)  # the final norm (if in-graph) stays quantized: it makes y
     if spec.get("final_norm"):
-        x = b.rmsnorm(x, w("output_norm.weight"), c.rms_eps, o.prescale, mixed=False)
-    b.reshape(x, out_dims["y"], out="y")
+        x = b.rmsnorm(x, norm_weight(c, w, "output_norm.weight"), c.rms_eps, o.prescale, mixed=False)
+    out("y", x, out_dims["y"])
     return _finish(b, spec, {FLOAT_NODES_KEY: json.dumps(layer_float)})
 
 
 def lmhead_graph(c: Config, w: WeightFn, spec: dict[str, Any], o: GraphOptions) -> onnx.ModelProto:
     """hidden [H] -> (final RMSNorm unless the layer graphs apply it) -> logits [V], on the NPU."""
     b = Builder()
-    name_in, name_out = spec["inputs"][0]["name"], spec["outputs"][0]["name"]
+    t_in, t_out = spec["inputs"][0], spec["outputs"][0]
+    name_in, name_out = t_in["name"], t_out["name"]
     one = b.const(np.float32(1.0))
+    x = name_in
+    if t_in.get("dtype") == "f16":
+        x = b.op("Cast", [x], to=TensorProto.FLOAT)
     # quantized: a Mul by 1 on each side gives the graph I/O one quantizer each (fixed-point I/O)
-    x = b.reshape(b.op("Mul", [name_in, one]) if o.quantized else name_in, [1, c.hidden])
+    x = b.reshape(b.op("Mul", [x, one]) if o.quantized else x, [1, c.hidden])
     if spec.get("norm", True):
-        x = b.rmsnorm(x, w("output_norm.weight"), c.rms_eps, o.prescale, mixed=False)
+        x = b.rmsnorm(x, norm_weight(c, w, "output_norm.weight"), c.rms_eps, o.prescale, mixed=False)
     head = w("token_embd.weight") if c.tied else w("output.weight")
     y = b.linear(x, head)
-    if o.quantized:
+    if t_out.get("dtype") == "f16":
+        b.op("Cast", [b.reshape(y, [c.vocab])], out=name_out, to=TensorProto.FLOAT16)
+    elif o.quantized:
         b.op("Mul", [b.reshape(y, [c.vocab]), one], out=name_out)
     else:
         b.reshape(y, [c.vocab], out=name_out)

@@ -5,7 +5,11 @@ It drives either the bundle's QNN context binaries (the EPContext wrappers next 
 ORT's QNN EP on the HTP simulator: the same backend and binaries qhx_generate runs, so greedy ids
 must be equal) or ONNX graphs on ORT's CPU EP (calibration, and fast agreement tables). Host work:
 embedding rows, RoPE cos/sin, additive masks, K/V rows into the cache, quantize / dequantize of
-fixed-point I/O.
+fixed-point I/O. Other layer shapes (the manifest's `layers` section, or without one the LFM2
+contract: a layer is conv when the decode graph has `past_conv_<i>`): sliding_attention layers get
+their own RoPE rows and a window mask (HF's rule: a key at k is visible to the query at q iff
+q - window < k <= q); conv layers' state is seeded from the prefill's `conv_bx_<i>` (the last W
+real rows, zeros before the prompt) and carried from `present_conv_<i>` after each decode step.
 """
 
 from __future__ import annotations
@@ -17,8 +21,13 @@ from typing import Any
 
 import numpy as np
 
-ONNX_TYPES = {"tensor(float)": "f32", "tensor(uint16)": "ufixed16", "tensor(uint8)": "ufixed8"}
-NP_TYPES = {"f32": np.float32, "ufixed16": np.uint16, "ufixed8": np.uint8}
+ONNX_TYPES = {
+    "tensor(float)": "f32",
+    "tensor(float16)": "f16",
+    "tensor(uint16)": "ufixed16",
+    "tensor(uint8)": "ufixed8",
+}
+NP_TYPES = {"f32": np.float32, "f16": np.float16, "ufixed16": np.uint16, "ufixed8": np.uint8}
 
 
 def rope_rows(inv: np.ndarray, pos0: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -39,15 +48,15 @@ class Io:
         self.np = NP_TYPES[dtype]
 
     def encode(self, real: np.ndarray) -> np.ndarray:
-        if self.dtype == "f32":
-            return np.asarray(real, np.float32)
+        if self.dtype in ("f32", "f16"):
+            return np.asarray(real, self.np)
         hi = 65535 if self.dtype == "ufixed16" else 255
         r = np.asarray(real, np.float32)
         q = np.trunc(r / np.float32(self.scale) + np.copysign(np.float32(0.5), r)) - np.float32(self.offset)
         return np.clip(q, 0, hi).astype(self.np)
 
     def decode(self, raw: np.ndarray) -> np.ndarray:
-        if self.dtype == "f32":
+        if self.dtype in ("f32", "f16"):
             return np.asarray(raw, np.float32)
         return ((raw.astype(np.float32) + np.float32(self.offset)) * np.float32(self.scale)).astype(
             np.float32
@@ -55,7 +64,9 @@ class Io:
 
     def neg(self) -> float:
         """The additive 'hidden' mask value: -inf for float, the range minimum for fixed point."""
-        return float("-inf") if self.dtype == "f32" else float(self.decode(np.zeros(1, self.np))[0])
+        if self.dtype in ("f32", "f16"):
+            return float("-inf")
+        return float(self.decode(np.zeros(1, self.np))[0])
 
 
 class Graph:
@@ -98,9 +109,11 @@ class Loop:
 
         p = man["params"]
         self.man, self.root, self.graphs = man, root, graphs
-        self.H, self.Dh, self.nkv, self.L = p["hidden"], p["head_dim"], p["n_kv_heads"], p["n_layers"]
+        self.H, self.Dh, self.L = p["hidden"], p["head_dim"], p["n_layers"]
+        self.nkv = p.get("n_kv_heads") or p["kv_dim"] // self.Dh  # LFM2 schema-v1 gives kv_dim
         if embed is None:
             e = man["artifacts"]["embed"]
+            e = {"file": e, "dtype": "f16"} if isinstance(e, str) else e
             dt = "<f2" if e.get("dtype", "f16") == "f16" else "<f4"
             embed = np.fromfile(os.path.join(root, e["file"]), dt).reshape(-1, self.H)
         self.embed = embed
@@ -108,6 +121,20 @@ class Loop:
         self.pre, self.dec, self.lm = graphs.get("prefill"), graphs["decode"], graphs.get("lmhead")
         self.ver = graphs.get("verify")  # a few rows over the decode cache (speculative decoding)
         self.C = self.dec.inputs["cmask"].dims[0]
+        layers = man.get("layers") or {}
+        self.types = list(layers.get("types") or [])
+        if not self.types:
+            self.types = [
+                "conv" if f"past_conv_{i}" in self.dec.inputs else "full_attention" for i in range(self.L)
+            ]
+        self.window = int(layers.get("sliding_window") or 0)
+        local = (layers.get("rope") or {}).get("sliding_attention")
+        self.inv_local = (
+            inv_freq(_RopeCfg(local["theta"], self.Dh, local.get("scaling")))  # type: ignore[arg-type]
+            if local
+            else None
+        )
+        self.conv_w = int(((layers.get("state") or {}).get("conv") or {}).get("width", 3))
         self.neg_override = neg_override
         self.reset()
 
@@ -121,6 +148,51 @@ class Loop:
         self.dec.set("cmask", self.dmask)
         self.hidden: np.ndarray | None = None
 
+    def attn_layers(self) -> list[int]:
+        return [i for i, t in enumerate(self.types) if t != "conv"]
+
+    def set_rope(self, g: Graph, pos0: int, rows: int) -> None:
+        cos, sin = rope_rows(self.inv, pos0, rows)
+        g.set("cos", cos)
+        g.set("sin", sin)
+        if "cos_local" in g.inputs and self.inv_local is not None:
+            cos, sin = rope_rows(self.inv_local, pos0, rows)
+            g.set("cos_local", cos)
+            g.set("sin_local", sin)
+
+    def rows_mask(self, g: Graph, name: str, pos0: int, R: int, C: int, window: int) -> None:
+        """[R, C + R] (C = 0: no cache columns): cache slots before pos0, then the rows' own causal
+        columns; with `window`, only keys at q - window < k <= q."""
+        q = pos0 + np.arange(R)[:, None]
+        k_cache = np.arange(C)[None, :]
+        k_own = pos0 + np.arange(R)[None, :]
+        vis = np.concatenate([np.broadcast_to(k_cache < pos0, (R, C)), k_own <= q], axis=1)
+        if window:
+            vis &= np.concatenate([k_cache > q - window, k_own > q - window], axis=1)
+        g.set(name, np.where(vis, np.float32(0.0), np.float32(self.neg(g.inputs[name]))))
+
+    def decode_local_mask(self, p: int) -> None:
+        """The decode step at position p: cache slots p - window < k < p (its own key is separate)."""
+        if "cmask_local" not in self.dec.inputs:
+            return
+        k = np.arange(self.C)
+        vis = (k < p) & (k > p - self.window)
+        self.dec.set(
+            "cmask_local",
+            np.where(vis, np.float32(0.0), np.float32(self.neg(self.dec.inputs["cmask_local"]))),
+        )
+
+    def seed_conv(self, outs: dict[str, np.ndarray], g: Graph, n: int) -> None:
+        """Decode conv state from a prefill's B*x rows: the last W real rows, zeros before them."""
+        W, H = self.conv_w, self.H
+        for i, t in enumerate(self.types):
+            if t != "conv":
+                continue
+            o = g.outputs[f"conv_bx_{i}"]
+            rows = o.decode(outs[o.name]).reshape(-1, H)[:n]
+            st = np.concatenate([np.zeros((W, H), np.float32), rows])[-W:]
+            self.dec.set(f"past_conv_{i}", st.T)  # [H, W], oldest column first
+
     def neg(self, t: Io) -> float:
         return self.neg_override if self.neg_override is not None else t.neg()
 
@@ -129,7 +201,7 @@ class Loop:
 
     def store_kv(self, outs: dict[str, np.ndarray], src: Graph, n: int, pos0: int) -> None:
         """new_k/new_v rows 0..n of a graph's outputs into decode cache rows pos0.."""
-        for i in range(self.L):
+        for i in self.attn_layers():
             for kind in ("k", "v"):
                 so, di = src.outputs[f"new_{kind}_{i}"], self.dec.inputs[f"past_{kind}_{i}"]
                 rows = outs[so.name].reshape(-1, self.nkv * self.Dh)[:n]
@@ -148,22 +220,20 @@ class Loop:
         x = np.zeros((R, H), np.float32)
         x[:n] = self.emb_rows(chunk)
         g.set("x", x)
-        cos, sin = rope_rows(self.inv, pos0, R)
-        g.set("cos", cos)
-        g.set("sin", sin)
-        past = "past_k_0" in g.inputs
+        self.set_rope(g, pos0, R)
+        past = any(k.startswith("past_k_") for k in g.inputs)
         C = self.C if past else 0
-        m = np.full((R, C + R), self.neg(g.inputs["cmask"]), np.float32)
-        for r in range(R):
-            m[r, : min(pos0, C)] = 0.0
-            m[r, C : C + r + 1] = 0.0
-        g.set("cmask", m)
+        self.rows_mask(g, "cmask", pos0, R, C, 0)
+        if "cmask_local" in g.inputs:
+            self.rows_mask(g, "cmask_local", pos0, R, C, self.window)
         if past:  # the chunk reads the decode cache as it stands
-            for i in range(self.L):
+            for i in self.attn_layers():
                 for kind in ("k", "v"):
                     g.feeds[f"past_{kind}_{i}"] = self.dec.feeds[f"past_{kind}_{i}"]
         outs = g.run()
         self.store_kv(outs, g, n, pos0)
+        if "conv" in self.types:
+            self.seed_conv(outs, g, n)
         self.dmask[pos0 : pos0 + n] = 0.0
         self.dec.set("cmask", self.dmask)
         self.hidden = g.outputs["y"].decode(outs["y"]).reshape(R, H)[n - 1]
@@ -172,11 +242,14 @@ class Loop:
     def decode_step(self, tok: int) -> None:
         g, p = self.dec, self.pos
         g.set("x", self.emb_rows([tok])[0])
-        cos, sin = rope_rows(self.inv, p, 1)
-        g.set("cos", cos)
-        g.set("sin", sin)
+        self.set_rope(g, p, 1)
+        self.decode_local_mask(p)
         outs = g.run()
         self.store_kv(outs, g, 1, p)
+        for i, t in enumerate(self.types):
+            if t == "conv":  # the window after this token is the next step's past
+                o = g.outputs[f"present_conv_{i}"]
+                g.set(f"past_conv_{i}", o.decode(outs[o.name]))
         self.dmask[p] = 0.0
         g.set("cmask", self.dmask)
         self.hidden = g.outputs["y"].decode(outs["y"]).reshape(-1)
@@ -195,7 +268,7 @@ class Loop:
         i = 0
         if self.pre is not None:
             R = self.pre.inputs["x"].dims[0]
-            if "past_k_0" not in self.pre.inputs:
+            if not any(k.startswith("past_k_") for k in self.pre.inputs):
                 c = min(len(ids), R)
                 self.prefill_chunk(ids[:c])
                 i = c
@@ -258,13 +331,15 @@ def qnn_graph(path: str, qnn_opts: dict[str, str], quant: dict[str, tuple[float,
     return Graph(ort.InferenceSession(path, so), quant)
 
 
-def load_bundle(man_path: str, twin: bool = False) -> Loop:
+def load_bundle(man_path: str, twin: bool = False, real: dict[str, Any] | None = None) -> Loop:
     """The bundle's QNN binaries through ORT's QNN EP (simulator), or (twin) the ONNX graphs they
     were compiled from on ORT's CPU EP (kept by --keep-onnx)."""
     root = os.path.dirname(os.path.abspath(man_path))
     with open(man_path, encoding="utf-8") as f:
         man = json.load(f)
-    real = man["source"]["real"]
+    real = real or (man.get("source") or {}).get("real")
+    if real is None:  # a runner-form manifest (--layout lfm2-*): export-report.json keeps it
+        real = _report_real(man_path)
     graphs = {}
     for role, ent in real["graphs"].items():
         quant = {k: (float(v[0]), int(v[1])) for k, v in ent.get("quant", {}).items()}
@@ -275,3 +350,18 @@ def load_bundle(man_path: str, twin: bool = False) -> Loop:
                 os.path.join(root, ent["wrapper"]), real["qnn_options"][ent["precision"]], quant
             )
     return Loop(man, root, graphs)
+
+
+def _report_real(man_path: str) -> dict[str, Any]:
+    """source.real of a manifest written without one, from export-report.json beside it (or one
+    directory up, with --arch all)."""
+    here = os.path.dirname(os.path.abspath(man_path))
+    for top in (here, os.path.dirname(here)):
+        rep = os.path.join(top, "export-report.json")
+        if os.path.isfile(rep):
+            with open(rep, encoding="utf-8") as f:
+                real = json.load(f).get("real", {})
+            key = os.path.relpath(os.path.abspath(man_path), top)
+            if key in real:
+                return dict(real[key])
+    raise FileNotFoundError(f"{man_path}: no source.real and no export-report.json entry for it")

@@ -138,8 +138,10 @@ def verify(
     n_tokens: int = 16,
     prompts: Sequence[str] = PROMPTS[:2],
     with_ort: bool = True,
+    real: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Teacher-forced agreement table of one written bundle. with_ort: also the ORT QNN loop."""
+    """Teacher-forced agreement table of one written bundle. with_ort: also the ORT QNN loop
+    (`real`: the manifest's source.real when it has none, as the LFM2 runner's form)."""
     from qhx_export.quant.corpus import tokenize
 
     binary = find_qhx_generate()
@@ -153,7 +155,7 @@ def verify(
     if with_ort and not genie:
         from qhx_export.verify.loop import load_bundle
 
-        loop = load_bundle(manifest)
+        loop = load_bundle(manifest, real=real)
     for p in prompts:
         (ids,) = tokenize([p], tok, ck.bos_token_id(), 10_000)
         n = min(n_tokens, ctx - len(ids))  # the last step's logits come from slot C - 1

@@ -28,6 +28,8 @@ from qhx_export.compile import htp as qc
 from qhx_export.graphs import GraphOptions, layer_graph, lmhead_graph, save, specs
 from qhx_export.quant.lpbq import BLOCK as LPBQ_BLOCK
 from qhx_export.read.base import Checkpoint, sha256_file
+from qhx_export.write import lfm2_layout
+from qhx_export.write.emu import layers_section
 from qhx_export.write.files import atomic_open
 
 Log = Callable[[str], None]
@@ -93,7 +95,7 @@ def build_graphs(
     """Float ONNX graphs by role -> path. Besides the bundle's roles, `est_verify_<k>` graphs
     (k rows over the cache) for the estimate table of --estimate-verify."""
     c = ck.config
-    sp = specs(c, o.name, o.ar, o.ctx, o.prefill, gopts.quantized, o.verify_rows)
+    sp = specs(c, o.name, o.ar, o.ctx, o.prefill, gopts.quantized, o.verify_rows, gopts.io_f16)
     for k in extra_verify_rows(o):
         sp[f"est_verify_{k}"] = specs(c, o.name, o.ar, o.ctx, "none", gopts.quantized, k)["verify"]
     paths = {}
@@ -121,10 +123,19 @@ def is_bundle_role(role: str) -> bool:
     return not role.startswith("est_")
 
 
-# qhx_generate's manifest validator knows "llama" and "qwen2" (the name is only displayed: the
-# host work of a real bundle is the same for every family, QK-norm lives in the graphs); a Qwen3
-# bundle says "qwen2" there and "qwen3" in source.family
+# qhx_generate's manifest arch (llama, qwen2, qwen3, gemma3, lfm2): the host work of a real bundle
+# differs only by the `layers` section (QK-norm and the rest live in the graphs). Qwen3 bundles
+# say "qwen2", as they did before the runtime knew "qwen3" (source.family says qwen3).
 HOST_ARCH = {"qwen3": "qwen2"}
+
+
+def host_embedding(ck: Checkpoint) -> np.ndarray:
+    """The host's f32 embedding table: token_embd, times the family's scale (Gemma: sqrt(hidden))."""
+    emb = ck.float32("token_embd.weight")
+    scale = ck.family.embed_scale(ck.config)
+    return (emb * np.float32(scale)).astype(np.float32) if scale is not None else emb
+
+
 CALIB_STEPS = 512  # decode / verify / lm-head calibration steps, spread over the sequences
 MIXED_PEAK = 1024.0  # a residual stream wider than this keeps its adds and norms in fp16
 Compiled = dict[str, tuple[str, str, dict[str, tuple[float, int]]]]
@@ -168,9 +179,10 @@ def quantize_graphs(
             "n_layers": c.n_layers,
             "rope_theta": c.rope_theta,
             "rope_scaling": c.rope_scaling,
-        }
+        },
+        "layers": layers_section(c),
     }
-    emb = ck.float32("token_embd.weight").astype(np.float16)
+    emb = host_embedding(ck).astype(np.float16)
 
     def make_loop(role: str) -> Callable[[], Loop]:
         # only the graphs calibrating `role` needs: a 1B model's float graph is ~4 GB in ORT
@@ -280,6 +292,9 @@ def manifest(
     template = ck.chat_template()
     if template:
         out["chat"] = {"template": template}
+    layers = layers_section(c)
+    if layers:
+        out["layers"] = layers
     return out
 
 
@@ -291,6 +306,18 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
         )
     if o.kv_dtype == "u8" and o.precision == "fp16":
         raise ExportError("--kv-dtype u8 needs a quantized --precision (w8a16 or w4a16)")
+    if o.fmt != "qhx" and (ck.family.name in ("gemma3", "lfm2") or ck.config.layer_types is not None):
+        raise NotImplementedYet(f"--format {o.fmt}: Genie bundles of {ck.family.name} are not written")
+    if "conv" in ck.config.types:
+        from qhx_export.write.emu import EmuOptions, check_family_options
+
+        check_family_options(ck, EmuOptions(name=o.name, prefill=o.prefill, verify_rows=o.verify_rows))
+    lay = lfm2_layout.get(o.layout)
+    if lay is not None and lay.shared:
+        raise NotImplementedYet(
+            f"--layout {lay.name} --target htp: one context binary holding two graphs is not written yet "
+            "(--target emu writes it)"
+        )
     t0 = time.monotonic()
     qc.register()
     src = os.path.abspath(ck.path)
@@ -319,7 +346,10 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
     log(f"residual stream peak |x| {peak:.0f} over 4 calibration sequences: RMSNorm prescale {prescale:g}")
     quantized = o.precision != "fp16"
     gopts = GraphOptions(
-        quantized=quantized, prescale=prescale, fp16_weights=o.fp16_weights if quantized else ()
+        quantized=quantized,
+        prescale=prescale,
+        fp16_weights=o.fp16_weights if quantized else (),
+        io_f16=lay is not None,
     )
     o.report["graph"] = {
         "norm_prescale": prescale,
@@ -358,7 +388,7 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
         o.report["stages"]["total_s"] = round(time.monotonic() - t0, 1)
         return []
 
-    emb = np.ascontiguousarray(ck.float32("token_embd.weight").astype("<f2"))
+    emb = np.ascontiguousarray(host_embedding(ck).astype("<f2"))
     tok = ck.tokenizer_json()
     manifests, compile_s, sizes = [], {}, {}
     genie_paths = []
@@ -393,6 +423,8 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
             wrapper, binf, secs = qc.compile_graph(
                 pth, out, f"{o.name}_{role}", qc.qnn_options(arch, soc, mode)
             )
+            if lay is not None:  # the contract's file name (the wrapper follows it)
+                binf = qc.rename_binary(out, wrapper, binf, lay.bin_of(role))
             size = os.path.getsize(os.path.join(out, binf))
             log(f"{arch} {role}: {binf} ({size / 1e6:.1f} MB) compiled in {secs:.1f}s")
             compile_s[f"{arch}/{role}"] = round(time.monotonic() - t1, 1)
@@ -404,6 +436,8 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
             real["graphs"][role] = ent
             tick()
         files = {"embed": f"{o.name}_embed_f16.bin", "tokenizer": "tokenizer.json"}
+        if lay is not None:
+            files = {"embed": lfm2_layout.EMBED, "tokenizer": lfm2_layout.TOKENIZER}
         with atomic_open(os.path.join(out, files["embed"])) as f:
             f.write(memoryview(emb).cast("B"))
         with atomic_open(os.path.join(out, files["tokenizer"])) as f:
@@ -414,6 +448,12 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
                 shutil.copyfile(pth, os.path.join(out, "onnx", f"{role}.onnx"))
         man = manifest(ck, o, arch, refs, real, files)
         mpath = os.path.join(out, f"{o.name}.json")
+        if lay is not None:  # the runner's form has no `source`: the report keeps how it was made
+            man = lfm2_layout.manifest(
+                ck.config, lay, o.model_name, arch, o.ctx, ck.bos_token_id(), ck.eos_token_id()
+            )
+            mpath = os.path.join(out, lfm2_layout.manifest_file(lay, o.model_name))
+            o.report.setdefault("real", {})[os.path.relpath(mpath, root)] = real
         with atomic_open(mpath) as f:
             f.write(json.dumps(man, indent=2, ensure_ascii=False).encode("utf-8") + b"\n")
         manifests.append(mpath)
