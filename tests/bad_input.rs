@@ -786,6 +786,69 @@ fn cases() -> Vec<Case> {
             needles,
         });
     }
+    // Issue 17's `layers` section, on the exporter's tiny LFM2 and Gemma 3 bundles: the
+    // edited manifest goes to a fresh directory, the artifacts stay where they are.
+    for (name, dir, file, edit, needles) in [
+        (
+            "LFM2 state tensor missing from the graph",
+            "lfm2-f32",
+            "tiny_lfm2.json",
+            Box::new(|v: &mut serde_json::Value| {
+                v["layers"]["state"]["conv"]["past"] = "past_cnv_{i}".into()
+            }) as Box<dyn FnOnce(&mut serde_json::Value)>,
+            vec![
+                "tiny_lfm2_decode",
+                "has no input tensor named \"past_cnv_0\"",
+            ],
+        ),
+        (
+            "sliding window larger than the cache",
+            "gemma3w-f32",
+            "tiny_gemma3w.json",
+            Box::new(|v: &mut serde_json::Value| v["layers"]["sliding_window"] = 600.into()),
+            vec!["layers.sliding_window: 600 is larger than params.max_ctx 512"],
+        ),
+        (
+            "layer type list longer than the graph's layers",
+            "gemma3w-f32",
+            "tiny_gemma3w.json",
+            Box::new(|v: &mut serde_json::Value| {
+                v["params"]["n_layers"] = 4.into();
+                v["layers"]["types"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push("full_attention".into());
+            }),
+            vec![
+                "has no tensor of layer 3",
+                "the layer list is longer than the graph's layers",
+            ],
+        ),
+        (
+            "RoPE table of a layer type nobody uses",
+            "gemma3w-f32",
+            "tiny_gemma3w.json",
+            Box::new(|v: &mut serde_json::Value| {
+                v["layers"]["types"] =
+                    serde_json::json!(["full_attention", "full_attention", "full_attention"]);
+                remove(v, &["layers", "sliding_window"]);
+            }),
+            vec!["layers.rope.sliding_attention: no layer is of that type"],
+        ),
+    ] {
+        let (d, m) = parity_bundle(dir, file);
+        let out = tmp(&format!("bad-layers-{}", v.len()));
+        let edited = out.join(file);
+        std::fs::copy(&m, &edited).unwrap();
+        edit_json(&edited, edit);
+        v.push(Case {
+            name,
+            args: std_args(&edited, &d, "4", "hi"),
+            env: vec![],
+            code: 1,
+            needles,
+        });
+    }
     v
 }
 

@@ -275,7 +275,13 @@ pub enum Arch {
 }
 
 impl Arch {
-    pub const ALL: [Arch; 5] = [Arch::Llama, Arch::Qwen2, Arch::Qwen3, Arch::Gemma3, Arch::Lfm2];
+    pub const ALL: [Arch; 5] = [
+        Arch::Llama,
+        Arch::Qwen2,
+        Arch::Qwen3,
+        Arch::Gemma3,
+        Arch::Lfm2,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -453,7 +459,7 @@ impl Manifest {
                 }
                 None => {
                     return Err(err(
-                        "params: missing field `n_kv_heads` (or `kv_dim`)".into(),
+                        "params: missing field `n_kv_heads` (or `kv_dim`)".into()
                     ))
                 }
             }
@@ -909,7 +915,11 @@ mod tests {
         assert_eq!(m.lmhead.graph.as_deref(), Some("lfm230_lmh_w8"));
         assert!(m.unknown_keys.is_empty(), "{:?}", m.unknown_keys);
         let e = parse(&s.replace(r#""kv_dim":4"#, r#""kv_dim":6"#)).unwrap_err();
-        assert!(e.to_string().contains("params.kv_dim: 6 is not a positive multiple of head_dim 4"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("params.kv_dim: 6 is not a positive multiple of head_dim 4"),
+            "{e}"
+        );
         // shared-v1: one binary for prefill and decode, graphs named by plan.params.
         let shared = s.replace(
             r#""prefill":{"bin":"pf.bin"},"decode":{"bin":"dec.bin"},"#,

@@ -5,12 +5,12 @@
 //! by role name (`plan.io` may rename them); every shape is checked against the params.
 
 use super::{
-    Admit, At, Head, KvTensor, LayerKv, LayerState, MaskSpec, MaskStyle, Pad, Plan, RopeSpec,
-    Sink, Source, Split, Step,
+    Admit, At, Head, KvTensor, LayerKv, LayerState, MaskSpec, MaskStyle, Pad, Plan, RopeSpec, Sink,
+    Source, Split, Step,
 };
-use crate::manifest::layers::{LayerType, StateNames};
 use crate::error::{Error, Result};
 use crate::kv::KvShape;
+use crate::manifest::layers::{LayerType, StateNames};
 use crate::manifest::{GraphRef, Manifest};
 use crate::model::GraphRole;
 use crate::ops::embed::EmbedTable;
@@ -295,6 +295,32 @@ fn stack_step<G>(
     };
     let cs = &m.layers.conv_state;
     for (i, &ty) in types.iter().enumerate() {
+        // A layer the graph has no tensor of at all: the manifest counts more layers.
+        let per_layer = [
+            nm("new_k", Some(i)),
+            nm("past_k", Some(i)),
+            cs.past.replace("{i}", &i.to_string()),
+            cs.present.replace("{i}", &i.to_string()),
+            cs.seed
+                .as_deref()
+                .unwrap_or("{i}")
+                .replace("{i}", &i.to_string()),
+        ];
+        if !g
+            .inputs
+            .iter()
+            .chain(&g.outputs)
+            .any(|t| per_layer.contains(&t.name))
+        {
+            return Err(Error::graph(
+                gn,
+                format!(
+                    "has no tensor of layer {i} (e.g. {:?}), but the manifest lists {} layers: the layer list is longer than the graph's layers",
+                    per_layer[0],
+                    types.len()
+                ),
+            ));
+        }
         if ty == LayerType::Conv {
             states.push(state_io(
                 &g,
@@ -383,7 +409,8 @@ fn stack_step<G>(
         rows * rows
     };
     // One mask per attention type: `cmask` for global layers, its own for sliding ones.
-    let mut mask_types: Vec<LayerType> = types.iter().copied().filter(|t| t.is_attention()).collect();
+    let mut mask_types: Vec<LayerType> =
+        types.iter().copied().filter(|t| t.is_attention()).collect();
     mask_types.sort_unstable();
     mask_types.dedup();
     for ty in mask_types {
@@ -410,7 +437,9 @@ fn stack_step<G>(
             own: !decode,
             style: MaskStyle::Additive,
             persistent: decode,
-            window: (ty == LayerType::Sliding).then_some(m.layers.window).flatten(),
+            window: (ty == LayerType::Sliding)
+                .then_some(m.layers.window)
+                .flatten(),
         });
     }
     let admit = match kind {
@@ -505,7 +534,10 @@ fn state_io(
         if t.elems() < rows * h || t.elems() % rows != 0 {
             return Err(Error::graph(
                 gn,
-                format!("state seed {} should hold {rows} rows of at least hidden={h}", t.describe()),
+                format!(
+                    "state seed {} should hold {rows} rows of at least hidden={h}",
+                    t.describe()
+                ),
             ));
         }
         outputs[sd] = Sink::StateSeed(i);

@@ -326,7 +326,9 @@ impl<G> Plan<G> {
                     Source::TokenIds | Source::Embedding => t.bytes(),
                     Source::Cos { width, .. } | Source::Sin { width, .. } => width * es(t),
                     // One slot opens; a window closes one more.
-                    Source::Mask(m) if m.persistent => es(t) * (1 + usize::from(m.window.is_some())),
+                    Source::Mask(m) if m.persistent => {
+                        es(t) * (1 + usize::from(m.window.is_some()))
+                    }
                     Source::Mask(_) => t.bytes(),
                     Source::PastKey(_) | Source::PastValue(_) => self.n_kv * self.head_dim * es(t),
                     // The state carried from the step before, whole (it is [channels, width]).

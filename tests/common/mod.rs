@@ -74,6 +74,22 @@ pub fn emu() -> PathBuf {
     p
 }
 
+/// A bundle built by scripts/build-parity.sh (`QHX_PARITY_BUNDLES`, else
+/// target/bundles/parity): (its dir, its manifest).
+pub fn parity_bundle(dir: &str, manifest: &str) -> (PathBuf, PathBuf) {
+    let root = std::env::var_os("QHX_PARITY_BUNDLES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bundles/parity"));
+    let d = root.join(dir);
+    let m = d.join(manifest);
+    assert!(
+        m.is_file(),
+        "{} is missing: run scripts/build-parity.sh (scripts/test.sh does)",
+        m.display()
+    );
+    (d, m)
+}
+
 pub fn tmp(tag: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(tag);
     let _ = std::fs::remove_dir_all(&d);

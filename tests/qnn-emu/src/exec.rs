@@ -466,7 +466,9 @@ fn run(
             };
             let local_mask = opt("cmask_local");
             if local_mask.as_ref().is_some_and(|m| m.len() != expect_mask) {
-                return Err(format!("cmask_local has {expect_mask} elements in this graph"));
+                return Err(format!(
+                    "cmask_local has {expect_mask} elements in this graph"
+                ));
             }
             if kinds.contains(&crate::model::LayerKind::Sliding) && local_mask.is_none() {
                 return Err("sliding_attention layers need the cmask_local input".into());
@@ -478,7 +480,9 @@ fn run(
                     cos: &cos,
                     sin: &sin,
                     mask: &mask,
-                    local_rope: local_rope.as_ref().map(|(a, b)| (a.as_slice(), b.as_slice())),
+                    local_rope: local_rope
+                        .as_ref()
+                        .map(|(a, b)| (a.as_slice(), b.as_slice())),
                     local_mask: local_mask.as_deref(),
                     self_visible: decode,
                     conv_past: &conv_past,
@@ -488,13 +492,21 @@ fn run(
             for (i, (bx, present)) in out.conv_bx.iter().zip(&out.conv_present).enumerate() {
                 if let Some(b) = outs.get(format!("conv_bx_{i}").as_str()) {
                     if b.spec.elems() != bx.len() {
-                        return Err(format!("conv_bx_{i} holds {} values, the layer gives {}", b.spec.elems(), bx.len()));
+                        return Err(format!(
+                            "conv_bx_{i} holds {} values, the layer gives {}",
+                            b.spec.elems(),
+                            bx.len()
+                        ));
                     }
                     write(b, bx);
                 }
                 if let Some(b) = outs.get(format!("present_conv_{i}").as_str()) {
                     if b.spec.elems() != present.len() {
-                        return Err(format!("present_conv_{i} holds {} values, the layer gives {}", b.spec.elems(), present.len()));
+                        return Err(format!(
+                            "present_conv_{i} holds {} values, the layer gives {}",
+                            b.spec.elems(),
+                            present.len()
+                        ));
                     }
                     write(b, present);
                 }

@@ -88,7 +88,10 @@ pub fn layer_kinds(cfg: &ModelHeader) -> Result<Vec<LayerKind>, String> {
             cfg.n_layers
         ));
     }
-    cfg.layer_types.iter().map(|t| LayerKind::parse(t)).collect()
+    cfg.layer_types
+        .iter()
+        .map(|t| LayerKind::parse(t))
+        .collect()
 }
 
 impl Weights {
@@ -379,7 +382,10 @@ impl Weights {
                 new_v.push(Vec::new());
                 o
             } else {
-                let a = l.attn.as_ref().expect("attention layers load their weights");
+                let a = l
+                    .attn
+                    .as_ref()
+                    .expect("attention layers load their weights");
                 let (cos, sin, mask) = match (l.kind, io.local_rope) {
                     (LayerKind::Sliding, Some((c2, s2))) => {
                         (c2, s2, io.local_mask.unwrap_or(io.mask))
@@ -490,7 +496,13 @@ impl Weights {
             let act: Vec<f32> = gate
                 .iter()
                 .zip(&up)
-                .map(|(g, u)| if gelu { gelu_tanh(*g) * u } else { silu(*g) * u })
+                .map(|(g, u)| {
+                    if gelu {
+                        gelu_tanh(*g) * u
+                    } else {
+                        silu(*g) * u
+                    }
+                })
                 .collect();
             let down = matmul(&act, rows, &l.w_down, c.ffn, None);
             let down = match &l.post_ffw_norm {
