@@ -21,9 +21,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-const SHAPES: [&str; 2] = ["deepseek-1.5b", "llama-1b"];
+const SHAPES: [&str; 3] = ["deepseek-1.5b", "llama-1b", "gemma3-270m"];
 /// What `--shape` accepts: the reference shapes, and `tiny` for smoke tests.
-const ALL_SHAPES: [&str; 3] = ["deepseek-1.5b", "llama-1b", "tiny"];
+const ALL_SHAPES: [&str; 4] = ["deepseek-1.5b", "llama-1b", "gemma3-270m", "tiny"];
 const IOS: [&str; 2] = ["f16", "ufixed16"];
 const CTXS: [usize; 3] = [512, 1024, 4096];
 

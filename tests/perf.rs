@@ -98,6 +98,68 @@ fn host_bytes_per_decode_step_do_not_depend_on_c() {
     );
 }
 
+/// The same bound for issue 17's layer shapes: Gemma 3 style (sliding layers with their own
+/// RoPE rows and mask, window 8, so slots close as the window slides) and LFM2 style (conv
+/// layers whose [H, 3] state is carried each step). Per step: one embedding row, a cos and
+/// a sin row per RoPE table, at most two slots per mask (one opens, one slides out), K/V
+/// rows per attention layer and one state per conv layer; nothing in C.
+#[test]
+fn layered_decode_steps_write_o1_rows_not_o_c() {
+    let kinds: [(&str, Vec<&str>); 2] = [
+        (
+            "swa",
+            vec!["sliding_attention", "full_attention", "sliding_attention"],
+        ),
+        ("conv", vec!["conv", "full_attention", "conv"]),
+    ];
+    for (tag, types) in kinds {
+        let mut maxes = Vec::new();
+        for ctx in [64usize, 512] {
+            let spec = SynthSpec {
+                name: format!("{tag}{ctx}"),
+                ctx,
+                n_layers: types.len(),
+                prefill: Some(8),
+                layer_types: types.iter().map(|t| t.to_string()).collect(),
+                sliding_window: types.contains(&"sliding_attention").then_some(8),
+                ..Default::default()
+            };
+            let (o, t) = traced(
+                &format!("bytes-{tag}-c{ctx}"),
+                &spec,
+                "40",
+                &["--json"],
+                &[],
+            );
+            assert!(o.status.success(), "{}", stderr(&o));
+            let changed: Vec<u64> = decode_stat(&t, &spec.name)["changed_bytes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap())
+                .collect();
+            assert!(changed.len() >= 38, "{} decode executes", changed.len());
+            let (h, hd, k) = (spec.hidden, spec.head_dim, spec.n_kv_heads * spec.head_dim);
+            let attn = types.iter().filter(|t| **t != "conv").count();
+            let conv = types.len() - attn;
+            let tables = if tag == "swa" { 2 } else { 1 };
+            let bound = (h * 4
+                + tables * 2 * hd * 4
+                + tables * 2 * 4
+                + 2 * attn * k * 4
+                + conv * h * 3 * 4) as u64;
+            let max = *changed.iter().max().unwrap();
+            assert!(
+                max <= bound,
+                "{tag} C={ctx}: a step changed {max} bytes > {bound}"
+            );
+            maxes.push(max);
+        }
+        let (a, b) = (maxes[0] as f64, maxes[1] as f64);
+        assert!((a - b).abs() / a < 0.1, "{tag}: C=64 {a} vs C=512 {b}");
+    }
+}
+
 #[test]
 fn rpcmem_binds_every_argument_as_a_memhandle_and_releases_in_order() {
     let emu = emu();

@@ -49,6 +49,12 @@ pub struct SynthSpec {
     /// Name of the embedding file; when set and a file of the right size already exists,
     /// it is reused (bundles of one shape at several C share it).
     pub embed_file: Option<String>,
+    /// One per layer (`full_attention`, `sliding_attention`, `conv`); empty: all full.
+    pub layer_types: Vec<String>,
+    /// Window of the sliding layers (their inputs are `cos_local`/`sin_local`/`cmask_local`).
+    pub sliding_window: Option<usize>,
+    /// RoPE base of the sliding layers.
+    pub local_rope_theta: f64,
 }
 
 impl Default for SynthSpec {
@@ -79,7 +85,27 @@ impl Default for SynthSpec {
             ranges: Default::default(),
             tokenizer_vocab: None,
             embed_file: None,
+            layer_types: Vec::new(),
+            sliding_window: None,
+            local_rope_theta: 10000.0,
         }
+    }
+}
+
+impl SynthSpec {
+    /// Layer `i`'s type name.
+    pub fn layer_type(&self, i: usize) -> &str {
+        self.layer_types
+            .get(i)
+            .map_or("full_attention", String::as_str)
+    }
+
+    fn has_kv(&self, i: usize) -> bool {
+        self.layer_type(i) != "conv"
+    }
+
+    fn has_sliding(&self) -> bool {
+        self.layer_types.iter().any(|t| t == "sliding_attention")
     }
 }
 
@@ -177,16 +203,25 @@ pub fn graphs(s: &SynthSpec) -> (Option<Value>, Value, Value, Option<Value>) {
             tensor("sin", io, &[p, s.head_dim]),
             tensor("cmask", io, &[p, cols]),
         ];
+        if s.has_sliding() {
+            inputs.push(tensor("cos_local", io, &[p, s.head_dim]));
+            inputs.push(tensor("sin_local", io, &[p, s.head_dim]));
+            inputs.push(tensor("cmask_local", io, &[p, cols]));
+        }
         if past {
-            for i in 0..s.n_layers {
+            for i in (0..s.n_layers).filter(|&i| s.has_kv(i)) {
                 inputs.push(tensor(&format!("past_k_{i}"), io, &kv(s.ctx)));
                 inputs.push(tensor(&format!("past_v_{i}"), io, &kv(s.ctx)));
             }
         }
         let mut outputs = vec![tensor("y", io, &[p, s.hidden])];
         for i in 0..s.n_layers {
-            outputs.push(tensor(&format!("new_k_{i}"), io, &kv(p)));
-            outputs.push(tensor(&format!("new_v_{i}"), io, &kv(p)));
+            if s.has_kv(i) {
+                outputs.push(tensor(&format!("new_k_{i}"), io, &kv(p)));
+                outputs.push(tensor(&format!("new_v_{i}"), io, &kv(p)));
+            } else {
+                outputs.push(tensor(&format!("conv_bx_{i}"), io, &[p, s.hidden]));
+            }
         }
         let ctx = if past { s.ctx } else { 0 };
         json!({"name": format!("{}_{tag}", s.name), "kind": "prefill", "seq": p, "ctx": ctx,
@@ -200,12 +235,22 @@ pub fn graphs(s: &SynthSpec) -> (Option<Value>, Value, Value, Option<Value>) {
         tensor("sin", io, &[s.head_dim]),
         tensor("cmask", io, &[s.ctx]),
     ];
+    if s.has_sliding() {
+        inputs.push(tensor("cos_local", io, &[s.head_dim]));
+        inputs.push(tensor("sin_local", io, &[s.head_dim]));
+        inputs.push(tensor("cmask_local", io, &[s.ctx]));
+    }
     let mut outputs = vec![tensor("y", io, &[s.hidden])];
     for i in 0..s.n_layers {
-        inputs.push(tensor(&format!("past_k_{i}"), io, &kv(s.ctx)));
-        inputs.push(tensor(&format!("past_v_{i}"), io, &kv(s.ctx)));
-        outputs.push(tensor(&format!("new_k_{i}"), io, &kv(1)));
-        outputs.push(tensor(&format!("new_v_{i}"), io, &kv(1)));
+        if s.has_kv(i) {
+            inputs.push(tensor(&format!("past_k_{i}"), io, &kv(s.ctx)));
+            inputs.push(tensor(&format!("past_v_{i}"), io, &kv(s.ctx)));
+            outputs.push(tensor(&format!("new_k_{i}"), io, &kv(1)));
+            outputs.push(tensor(&format!("new_v_{i}"), io, &kv(1)));
+        } else {
+            inputs.push(tensor(&format!("past_conv_{i}"), io, &[s.hidden, 3]));
+            outputs.push(tensor(&format!("present_conv_{i}"), io, &[s.hidden, 3]));
+        }
     }
     let decode = json!({"name": format!("{}_decode", s.name), "kind": "decode", "seq": 1, "ctx": s.ctx,
                         "kv_layout": layout, "inputs": inputs, "outputs": outputs});
@@ -240,6 +285,26 @@ pub fn weights(s: &SynthSpec) -> Vec<(String, Vec<usize>, Vec<f32>)> {
     for i in 0..s.n_layers {
         let b = |t: &str| format!("blk.{i}.{t}");
         mat(b("attn_norm.weight"), vec![h], 0.2, &mut rng);
+        if !s.has_kv(i) {
+            mat(
+                b("shortconv.in_proj.weight"),
+                vec![3 * h, h],
+                wscale(h),
+                &mut rng,
+            );
+            mat(b("shortconv.conv.weight"), vec![h, 3], 0.5, &mut rng);
+            mat(
+                b("shortconv.out_proj.weight"),
+                vec![h, h],
+                wscale(h),
+                &mut rng,
+            );
+            mat(b("ffn_norm.weight"), vec![h], 0.2, &mut rng);
+            mat(b("ffn_gate.weight"), vec![f, h], wscale(h), &mut rng);
+            mat(b("ffn_up.weight"), vec![f, h], wscale(h), &mut rng);
+            mat(b("ffn_down.weight"), vec![h, f], wscale(f), &mut rng);
+            continue;
+        }
         mat(b("attn_q.weight"), vec![q, h], wscale(h), &mut rng);
         mat(b("attn_k.weight"), vec![kv, h], wscale(h), &mut rng);
         mat(b("attn_v.weight"), vec![kv, h], wscale(h), &mut rng);
@@ -290,7 +355,7 @@ pub fn context_binary(
     let header = json!({
         "model": {"arch": s.arch, "hidden": s.hidden, "n_layers": s.n_layers, "n_heads": s.n_heads,
                   "n_kv_heads": s.n_kv_heads, "head_dim": s.head_dim, "ffn": s.ffn, "vocab": s.vocab,
-                  "rms_eps": 1e-5},
+                  "rms_eps": 1e-5, "layer_types": s.layer_types, "sliding_window": s.sliding_window},
         "soc_model": 87, "dsp_arch": "v81", "null_compute": s.null_compute,
         "graphs": graphs, "weights": entries,
     });
@@ -440,6 +505,17 @@ pub fn write_bundle(dir: &Path, s: &SynthSpec) -> std::io::Result<PathBuf> {
         "plan": {"op": "llama_generate", "ar": s.prefill.unwrap_or(1)},
         "source": {"writer": "qnn_emu::writer (synthetic)", "seed": s.seed},
     });
+    let mut manifest = manifest;
+    if !s.layer_types.is_empty() {
+        let mut layers = json!({"types": s.layer_types});
+        if s.has_sliding() {
+            layers["sliding_window"] = s.sliding_window.into();
+            layers["rope"] = json!({"sliding_attention":
+                {"theta": s.local_rope_theta, "cos": "cos_local", "sin": "sin_local"}});
+            layers["masks"] = json!({"sliding_attention": "cmask_local"});
+        }
+        manifest["layers"] = layers;
+    }
     let mpath = dir.join(format!("{name}.json"));
     write_atomic(
         &mpath,
@@ -654,6 +730,31 @@ pub fn preset(shape: &str, io: &str, ctx: usize) -> Option<SynthSpec> {
             head_dim: 16,
             ffn: 128,
             rope_theta: 10000.0,
+            ..base
+        },
+        // Gemma-3-270M: five sliding layers (window 512, base 1e4) to one global (1e6).
+        "gemma3-270m" => SynthSpec {
+            name: format!("gemma3_270m_{io}_c{ctx}"),
+            arch: "gemma3".into(),
+            vocab: 262_144,
+            hidden: 640,
+            n_layers: 18,
+            n_heads: 4,
+            n_kv_heads: 1,
+            head_dim: 256,
+            ffn: 2048,
+            rope_theta: 1_000_000.0,
+            layer_types: (0..18)
+                .map(|i| {
+                    if i % 6 == 5 {
+                        "full_attention"
+                    } else {
+                        "sliding_attention"
+                    }
+                    .to_string()
+                })
+                .collect(),
+            sliding_window: Some(512.min(ctx)),
             ..base
         },
         "llama-1b" => SynthSpec {
