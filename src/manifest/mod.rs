@@ -310,7 +310,8 @@ pub fn check_scaling(s: &RopeScaling) -> std::result::Result<(), String> {
             }
         }
         "linear" => {
-            if !(s.factor > 0.0) {
+            // (NaN fails too: it is not a finite positive number.)
+            if !s.factor.is_finite() || s.factor <= 0.0 {
                 return Err("factor must be positive".into());
             }
         }
