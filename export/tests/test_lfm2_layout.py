@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -162,18 +163,26 @@ def smollm2_tokenizer(tmp: Path) -> Path | None:
     return p
 
 
-def tiny_lfm2_dir(tmp: Path) -> Path:
-    """scripts/tiny_models.py's LFM2 (the parity goldens' weights) with the SmolLM2 tokenizer, or
-    the test data's LFM2 (no text tokenizer: prompts go in as ids)."""
-    tok = smollm2_tokenizer(tmp)
+def tiny_models() -> ModuleType | None:
+    """scripts/tiny_models.py (the parity goldens' tiny weights), or None outside a checkout."""
     script = REPO / "scripts" / "tiny_models.py"
-    if tok is None or not script.exists():
-        return hf_copy(tmp, "lfm2")
+    if not script.exists():
+        return None
     spec = importlib.util.spec_from_file_location("tiny_models", script)
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     sys.modules["tiny_models"] = mod
     spec.loader.exec_module(mod)
+    return mod
+
+
+def tiny_lfm2_dir(tmp: Path) -> Path:
+    """scripts/tiny_models.py's LFM2 (the parity goldens' weights) with the SmolLM2 tokenizer, or
+    the test data's LFM2 (no text tokenizer: prompts go in as ids)."""
+    tok = smollm2_tokenizer(tmp)
+    mod = tiny_models()
+    if tok is None or mod is None:
+        return hf_copy(tmp, "lfm2")
     return Path(mod.write_hf_dir("lfm2", str(tmp / "lfm2-tiny"), str(tok)))
 
 

@@ -70,6 +70,11 @@ class GraphOptions:
     fold_q_scale: bool = True  # 1/sqrt(Dh) into the q projection
     fp16_weights: tuple[str, ...] = ()  # quantized graphs: weight kinds kept fp16 ("attn_v", ...)
     io_f16: bool = False  # fp16 graph I/O (float graphs only)
+    # Post-normed families (Gemma 3): the residual stream is carried times this power of two
+    # (post-norm weights and the host embedding scaled by it; the norms reading the stream take
+    # eps * s^2), so a stream past fp16's 65504 (Gemma-3-270M: 104,000) fits
+    resid_scale: float = 1.0
+    qk_prescale: float = 1.0  # q/k norm input scale (Gemma-3-270M's q reaches ~470: q^2 > 65504)
 
 
 def specs(
@@ -133,6 +138,11 @@ def norm_weight(c: Config, w: WeightFn, name: str) -> np.ndarray:
     return (arr + np.float32(1.0)).astype(np.float32) if registered()[c.family].emu_adds_one(name) else arr
 
 
+def stream_eps(c: Config, o: GraphOptions) -> float:
+    """eps of a norm reading the residual stream, which is carried times o.resid_scale."""
+    return float(c.rms_eps * o.resid_scale * o.resid_scale)
+
+
 def has_post_norms(c: Config) -> bool:
     """Gemma 3: post_attention_norm / post_ffw_norm on the attention and FFN outputs."""
     return "blk.0.post_attention_norm.weight" in registered()[c.family].tensor_shapes(c)
@@ -155,13 +165,13 @@ def ffn_block(b: Builder, c: Config, w: WeightFn, i: int, x: str, o: GraphOption
     def keep(kind: str) -> bool:
         return o.quantized and kind in o.fp16_weights
 
-    n = b.rmsnorm(x, norm_weight(c, w, p + "ffn_norm.weight"), c.rms_eps, o.prescale)
+    n = b.rmsnorm(x, norm_weight(c, w, p + "ffn_norm.weight"), stream_eps(c, o), o.prescale)
     gate = b.linear(n, w(p + "ffn_gate.weight"), fp16=keep("ffn_gate"))
     up = b.linear(n, w(p + "ffn_up.weight"), fp16=keep("ffn_up"))
     g = gelu_tanh(b, gate) if c.act == "gelu_tanh" else b.op("Mul", [gate, b.op("Sigmoid", [gate])])
     d = b.linear(b.op("Mul", [g, up]), w(p + "ffn_down.weight"), fp16=keep("ffn_down"))
     if has_post_norms(c):
-        d = b.rmsnorm(d, norm_weight(c, w, p + "post_ffw_norm.weight"), c.rms_eps, o.prescale)
+        d = b.rmsnorm(d, norm_weight(c, w, p + "post_ffw_norm.weight") * np.float32(o.resid_scale), c.rms_eps)
     return b.residual(x, d)
 
 
@@ -191,7 +201,7 @@ def decoder_layer(
     def keep(kind: str) -> bool:
         return o.quantized and kind in o.fp16_weights
 
-    n = b.rmsnorm(x, norm_weight(c, w, p + "attn_norm.weight"), c.rms_eps, o.prescale)
+    n = b.rmsnorm(x, norm_weight(c, w, p + "attn_norm.weight"), stream_eps(c, o), o.prescale)
     qw, qb = w(p + "attn_q.weight"), w(p + "attn_q.bias") if c.qkv_bias else None
     if not c.qk_norm:  # fold the score scale into q (RoPE is linear)
         qw = qw * qscale
@@ -214,8 +224,9 @@ def decoder_layer(
     )
     if c.qk_norm:  # per-head RMSNorm of q and k before RoPE; the q scale goes in its weight
         qn = norm_weight(c, w, p + "attn_q_norm.weight") * qscale
-        q = b.rmsnorm(q, qn, c.rms_eps, mixed=False)
-        k = b.rmsnorm(k, norm_weight(c, w, p + "attn_k_norm.weight"), c.rms_eps, mixed=False)
+        q = b.rmsnorm(q, qn, c.rms_eps, o.qk_prescale, mixed=False)
+        kn = norm_weight(c, w, p + "attn_k_norm.weight")
+        k = b.rmsnorm(k, kn, c.rms_eps, o.qk_prescale, mixed=False)
     q = b.rope(q, cos, sin, Dh)
     k = b.rope(k, cos, sin, Dh)
     qg = b.reshape(b.transpose(q, [1, 0, 2]), [nkv, g_, R, Dh])
@@ -233,7 +244,8 @@ def decoder_layer(
     o_ = b.reshape(b.transpose(b.reshape(o_, [nh, R, Dh]), [1, 0, 2]), [R, c.q_rows])
     a = b.linear(o_, w(p + "attn_output.weight"), fp16=keep("attn_output"))
     if has_post_norms(c):
-        a = b.rmsnorm(a, norm_weight(c, w, p + "post_attention_norm.weight"), c.rms_eps, o.prescale)
+        pw = norm_weight(c, w, p + "post_attention_norm.weight") * np.float32(o.resid_scale)
+        a = b.rmsnorm(a, pw, c.rms_eps)
     x = b.residual(x, a)
     return ffn_block(b, c, w, i, x, o), k, v
 
@@ -374,7 +386,7 @@ def layer_graph(c: Config, w: WeightFn, spec: dict[str, Any], o: GraphOptions) -
             out(f"new_{kv}_{i}", t, out_dims[f"new_{kv}_{i}"])
     layer_float = list(b.float_nodes)  # the final norm (if in-graph) stays quantized: it makes y
     if spec.get("final_norm"):
-        x = b.rmsnorm(x, norm_weight(c, w, "output_norm.weight"), c.rms_eps, o.prescale, mixed=False)
+        x = b.rmsnorm(x, norm_weight(c, w, "output_norm.weight"), stream_eps(c, o), o.prescale, mixed=False)
     out("y", x, out_dims["y"])
     return _finish(b, spec, {FLOAT_NODES_KEY: json.dumps(layer_float)})
 
@@ -391,7 +403,7 @@ def lmhead_graph(c: Config, w: WeightFn, spec: dict[str, Any], o: GraphOptions) 
     # quantized: a Mul by 1 on each side gives the graph I/O one quantizer each (fixed-point I/O)
     x = b.reshape(b.op("Mul", [x, one]) if o.quantized else x, [1, c.hidden])
     if spec.get("norm", True):
-        x = b.rmsnorm(x, norm_weight(c, w, "output_norm.weight"), c.rms_eps, o.prescale, mixed=False)
+        x = b.rmsnorm(x, norm_weight(c, w, "output_norm.weight"), stream_eps(c, o), o.prescale, mixed=False)
     head = w("token_embd.weight") if c.tied else w("output.weight")
     y = b.linear(x, head)
     if t_out.get("dtype") == "f16":

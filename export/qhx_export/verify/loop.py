@@ -30,11 +30,51 @@ ONNX_TYPES = {
 NP_TYPES = {"f32": np.float32, "f16": np.float16, "ufixed16": np.uint16, "ufixed8": np.uint8}
 
 
+def _libm() -> Any:
+    """The C library's f32 math (glibc libm), which qhx's host (Rust f32 powf / sin_cos) calls;
+    None where it cannot be loaded."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+        for fn in ("powf", "sinf", "cosf"):
+            f = getattr(lib, fn)
+            f.restype = ctypes.c_float
+            f.argtypes = [ctypes.c_float] * (2 if fn == "powf" else 1)
+    except (OSError, AttributeError):
+        return None
+    return lib
+
+
+LIBM = _libm()
+
+
+def host_inv_freq(theta: float, head_dim: int, scaling: dict[str, Any] | None) -> np.ndarray:
+    """RoPE inverse frequencies as qhx's host computes them: 1 / powf(theta, 2i / d) in f32 (numpy's
+    f32 power differs from libm's powf in the last bit for ~15 % of them); llama3 scaling as in
+    families.base.inv_freq."""
+    from qhx_export.families.base import inv_freq
+
+    if scaling or LIBM is None:
+        return inv_freq(_RopeCfg(theta, head_dim, scaling))  # type: ignore[arg-type]
+    d = np.float32(head_dim)
+    base = [LIBM.powf(np.float32(theta), np.float32(2 * i) / d) for i in range(head_dim // 2)]
+    return (np.float32(1.0) / np.asarray(base, np.float32)).astype(np.float32)
+
+
 def rope_rows(inv: np.ndarray, pos0: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """cos, sin [n, Dh] for positions pos0.., rotate-half layout (each frequency twice)."""
+    """cos, sin [n, Dh] for positions pos0.., rotate-half layout (each frequency twice), with the
+    host's f32 angle and libm's f32 sinf / cosf (numpy's f32 cos differs by an ulp for ~5 % of
+    the angles, which can flip an fp16 near-tie between qhx_generate and this loop)."""
     a = (inv[None, :] * np.arange(pos0, pos0 + n, dtype=np.float32)[:, None]).astype(np.float32)
-    a = np.concatenate([a, a], axis=1)
-    return np.cos(a).astype(np.float32), np.sin(a).astype(np.float32)
+    if LIBM is None:
+        c, s = np.cos(a.astype(np.float64)), np.sin(a.astype(np.float64))
+    else:
+        c = np.frompyfunc(LIBM.cosf, 1, 1)(a).astype(np.float64)
+        s = np.frompyfunc(LIBM.sinf, 1, 1)(a).astype(np.float64)
+    c, s = c.astype(np.float32), s.astype(np.float32)
+    return np.concatenate([c, c], axis=1), np.concatenate([s, s], axis=1)
 
 
 class Io:
@@ -105,8 +145,6 @@ class Loop:
         neg_override: float | None = None,
         embed: np.ndarray | None = None,
     ) -> None:
-        from qhx_export.families.base import inv_freq
-
         p = man["params"]
         self.man, self.root, self.graphs = man, root, graphs
         self.H, self.Dh, self.L = p["hidden"], p["head_dim"], p["n_layers"]
@@ -117,7 +155,7 @@ class Loop:
             dt = "<f2" if e.get("dtype", "f16") == "f16" else "<f4"
             embed = np.fromfile(os.path.join(root, e["file"]), dt).reshape(-1, self.H)
         self.embed = embed
-        self.inv = inv_freq(_RopeCfg(p["rope_theta"], self.Dh, p.get("rope_scaling")))  # type: ignore[arg-type]
+        self.inv = host_inv_freq(p["rope_theta"], self.Dh, p.get("rope_scaling"))
         self.pre, self.dec, self.lm = graphs.get("prefill"), graphs["decode"], graphs.get("lmhead")
         self.ver = graphs.get("verify")  # a few rows over the decode cache (speculative decoding)
         self.C = self.dec.inputs["cmask"].dims[0]
@@ -129,11 +167,7 @@ class Loop:
             ]
         self.window = int(layers.get("sliding_window") or 0)
         local = (layers.get("rope") or {}).get("sliding_attention")
-        self.inv_local = (
-            inv_freq(_RopeCfg(local["theta"], self.Dh, local.get("scaling")))  # type: ignore[arg-type]
-            if local
-            else None
-        )
+        self.inv_local = host_inv_freq(local["theta"], self.Dh, local.get("scaling")) if local else None
         self.conv_w = int(((layers.get("state") or {}).get("conv") or {}).get("width", 3))
         self.neg_override = neg_override
         self.reset()

@@ -129,11 +129,26 @@ def is_bundle_role(role: str) -> bool:
 HOST_ARCH = {"qwen3": "qwen2"}
 
 
-def host_embedding(ck: Checkpoint) -> np.ndarray:
-    """The host's f32 embedding table: token_embd, times the family's scale (Gemma: sqrt(hidden))."""
+def host_embedding(ck: Checkpoint, resid_scale: float = 1.0) -> np.ndarray:
+    """The host's f32 embedding table: token_embd, times the family's scale (Gemma: sqrt(hidden))
+    and the graphs' residual-stream scale."""
     emb = ck.float32("token_embd.weight")
-    scale = ck.family.embed_scale(ck.config)
-    return (emb * np.float32(scale)).astype(np.float32) if scale is not None else emb
+    scale = (ck.family.embed_scale(ck.config) or 1.0) * resid_scale
+    return (emb * np.float32(scale)).astype(np.float32) if scale != 1.0 else emb
+
+
+STREAM_PEAK = 16384.0  # post-normed families carry the residual stream scaled under this
+
+
+def stream_scales(ck: Checkpoint, peak: float) -> tuple[float, float]:
+    """(residual scale, q/k-norm prescale): powers of two for post-normed families (Gemma 3),
+    whose residual stream can pass fp16's range; 1 for the others."""
+    from qhx_export.graphs.decoder import has_post_norms
+
+    if not has_post_norms(ck.config):
+        return 1.0, 1.0
+    k = max(0, math.ceil(math.log2(peak / STREAM_PEAK))) if peak > STREAM_PEAK else 0
+    return 2.0**-k, 0.125
 
 
 CALIB_STEPS = 512  # decode / verify / lm-head calibration steps, spread over the sequences
@@ -182,7 +197,7 @@ def quantize_graphs(
         },
         "layers": layers_section(c),
     }
-    emb = host_embedding(ck).astype(np.float16)
+    emb = host_embedding(ck, o.report.get("graph", {}).get("residual_scale", 1.0)).astype(np.float16)
 
     def make_loop(role: str) -> Callable[[], Loop]:
         # only the graphs calibrating `role` needs: a 1B model's float graph is ~4 GB in ORT
@@ -343,18 +358,28 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
     )
     seqs = calib_ids(ck, o, 64)
     prescale, peak = norm_prescale(ck, seqs[:4])
-    log(f"residual stream peak |x| {peak:.0f} over 4 calibration sequences: RMSNorm prescale {prescale:g}")
+    resid_scale, qk_prescale = stream_scales(ck, peak)
+    if resid_scale != 1.0:
+        prescale = min(1.0, prescale / resid_scale)
+    log(
+        f"residual stream peak |x| {peak:.0f} over 4 calibration sequences: RMSNorm prescale {prescale:g}"
+        + (f", stream carried x{resid_scale:g}" if resid_scale != 1.0 else "")
+    )
     quantized = o.precision != "fp16"
     gopts = GraphOptions(
         quantized=quantized,
         prescale=prescale,
         fp16_weights=o.fp16_weights if quantized else (),
         io_f16=lay is not None,
+        resid_scale=resid_scale,
+        qk_prescale=qk_prescale,
     )
     o.report["graph"] = {
         "norm_prescale": prescale,
         "residual_peak": peak,
         "fold_q_scale": True,
+        "residual_scale": resid_scale,
+        "qk_norm_prescale": qk_prescale,
         "attention": "gqa-native, self-score matmul, 1D decode mask",
     }
     work = os.path.join(root, ".work")
@@ -388,7 +413,7 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
         o.report["stages"]["total_s"] = round(time.monotonic() - t0, 1)
         return []
 
-    emb = np.ascontiguousarray(host_embedding(ck).astype("<f2"))
+    emb = np.ascontiguousarray(host_embedding(ck, resid_scale).astype("<f2"))
     tok = ck.tokenizer_json()
     manifests, compile_s, sizes = [], {}, {}
     genie_paths = []
