@@ -285,7 +285,7 @@ def test_qwen3_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "blk.1.attn_k_norm.weight" in {w["name"] for w in hdr["weights"]}
     man = json.loads((out / "qwen3.json").read_text())
     assert man["model"]["arch"] == "qwen3" and "layers" not in man
-    assert man["plan"]["op"] == "llama_generate"
+    assert man["plan"]["op"] == "qwen3_generate"  # QHexRT's host-op name for Qwen3 (2916cc2)
 
 
 def test_gemma3_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
