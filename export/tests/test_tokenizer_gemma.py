@@ -16,9 +16,10 @@ from typing import Any
 
 import gguf
 import pytest
+from tokenizers import Tokenizer
+
 from qhx_export import ExportError
 from qhx_export.tokenizer import build_tokenizer, gemma_merges, tokenizer_json_bytes
-from tokenizers import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "goldens" / "tokenizers.json"
