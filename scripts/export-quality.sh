@@ -8,7 +8,17 @@
 #
 #   scripts/export-quality.sh [--precision fp16 w8a16 w4a16] [--sim-prompts N] [--reuse]
 #                                                         (results: target/export-quality/)
+#   scripts/export-quality.sh --model gemma3 --precision fp16 w8a16 --sim-prompts 2 --sim-tokens 8
+#       Gemma-3-270M (Q4_K_M GGUF) against tests/goldens/parity/gemma3_*.json
+#                                                         (results: target/export-quality/gemma3/)
 set -euo pipefail
 source "$(dirname "$0")/export-env.sh"
-export_env export-quality smollm2
+model=smollm2
+prev=
+for a in "$@"; do
+    [[ $prev == --model ]] && model=$a
+    [[ $a == --model=* ]] && model=${a#--model=}
+    prev=$a
+done
+export_env export-quality "$model"
 exec nice -n 10 "$py" "$root/scripts/export_quality.py" "$root/target/export-quality" "$@"

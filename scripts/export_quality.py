@@ -1,18 +1,20 @@
 #!/usr/bin/env python3
-"""SmolLM2-135M exported at fp16 / w8a16 / w4a16: teacher-forced agreement with HF transformers
-fp32 on the 8 parity prompts x 32 tokens (tests/goldens/parity/smollm2_*.json), weight bytes per
-decode token, and Qualcomm's cost-model estimate of decode ms/token. scripts/export-quality.sh
-runs this (outside CI: about half an hour on 2 cores).
+"""SmolLM2-135M (default) or Gemma-3-270M (--model gemma3) exported at fp16 / w8a16 / w4a16:
+teacher-forced agreement with HF transformers fp32 on the 8 parity prompts x 32 tokens
+(tests/goldens/parity/<model>_*.json), weight bytes per decode token, and Qualcomm's cost-model
+estimate of decode ms/token. scripts/export-quality.sh runs this (outside CI: about half an hour
+on 2 cores for SmolLM2).
 
-    export_quality.py OUT_DIR [--precision P ...] [--sim-prompts N] [--reuse] [-- EXPORT ARGS]
+    export_quality.py OUT_DIR [--model smollm2|gemma3] [--precision P ...] [--sim-prompts N]
+                      [--sim-tokens N] [--no-estimate] [--reuse] [-- EXPORT ARGS]
 
 Each bundle is exported with --keep-onnx; the table runs its graphs (the QDQ graphs for w8a16 /
 w4a16, the float graph for fp16) on ORT's CPU EP, teacher-forced on the HF gold ids. That is
 only a stand-in for the HTP, so qhx_generate also runs the first N prompts (default 2) on the x86
 HTP simulator teacher-forced the same way, and its top-1 must agree with the CPU loop's on at
-least 95 % of the steps. Bars (issue "qhx-export"): mean fp16 >= 98 %, w8a16 >= 95 %,
+least 95 % of the steps (--sim-tokens N: only the first N steps of each). Bars (issue "qhx-export"): mean fp16 >= 98 %, w8a16 >= 95 %,
 w4a16 >= 85 %; per prompt >= 95 / 90 / 75 %. Prints a markdown table on stdout, writes
-OUT_DIR/quality.json; exit 0 when every bar holds, 1 otherwise. Estimates are soc 72 figures
+OUT_DIR/quality.json (Gemma 3: OUT_DIR/gemma3/); exit 0 when every bar holds, 1 otherwise. Estimates are soc 72 figures
 from the cost model, never phone measurements.
 """
 
@@ -30,44 +32,69 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "export"))
 
-BARS = {"fp16": (0.98, 0.95), "w8a16": (0.95, 0.90), "w4a16": (0.85, 0.75)}  # (mean, per prompt)
+BARS = {
+    "fp16": (0.98, 0.95),
+    "w8a16": (0.95, 0.90),
+    "w4a16": (0.85, 0.75),
+}  # (mean, per prompt)
 SIM_AGREE = 0.95
+CACHE = os.environ.get("QHX_CACHE", os.path.expanduser("~/.cache/qhx"))
+# model: (golden prefix, source checkpoint under the asset cache, bundle name)
+MODELS = {
+    "smollm2": ("smollm2", "assets/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2"),
+    "gemma3": ("gemma3", "assets/gemma3/gemma-3-270m-q4_k_m.gguf", "gemma3"),
+}
 
 
 def log(msg: str) -> None:
     print(f"export-quality: {msg}", file=sys.stderr, flush=True)
 
 
-def goldens() -> list[dict[str, Any]]:
+def goldens(model: str) -> list[dict[str, Any]]:
     out = []
-    for p in sorted(glob.glob(os.path.join(ROOT, "tests/goldens/parity/smollm2_*.json"))):
+    pattern = f"tests/goldens/parity/{MODELS[model][0]}_*.json"
+    for p in sorted(glob.glob(os.path.join(ROOT, pattern))):
         with open(p, encoding="utf-8") as f:
             out.append(json.load(f))
     if len(out) != 8:
         raise SystemExit(
-            f"export-quality: expected 8 SmolLM2 goldens in tests/goldens/parity, found {len(out)}"
+            f"export-quality: expected 8 goldens {pattern}, found {len(out)}"
         )
     return out
 
 
-def export(gguf: str, out: str, precision: str, extra: list[str], reuse: bool) -> str:
-    man = os.path.join(out, "smollm2.json")
+def export(
+    gguf: str,
+    out: str,
+    name: str,
+    precision: str,
+    extra: list[str],
+    reuse: bool,
+    estimate: bool = True,
+) -> str:
+    man = os.path.join(out, f"{name}.json")
     if reuse and os.path.isfile(man):
         log(f"{precision}: reusing {out}")
         return man
-    cmd = [sys.executable, "-m", "qhx_export", gguf, "-o", out, "--name", "smollm2"]
+    cmd = [sys.executable, "-m", "qhx_export", gguf, "-o", out, "--name", name]
     cmd += ["--precision", precision, "--arch", "v79", "--ctx", "512", "--ar", "64"]
-    cmd += ["--keep-onnx", "--estimate", *extra]
+    cmd += ["--keep-onnx", *(["--estimate"] if estimate else []), *extra]
     log(f"{precision}: qhx-export {' '.join(cmd[4:])}")
     t0 = time.monotonic()
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    r = subprocess.run(cmd, check=False, stdout=subprocess.PIPE, text=True)
     if r.returncode != 0:
         raise SystemExit(f"export-quality: {precision}: qhx-export exit {r.returncode}")
     log(f"{precision}: exported in {time.monotonic() - t0:.0f}s")
     return r.stdout.strip().splitlines()[-1]
 
 
-def measure(man: str, precision: str, golds: list[dict[str, Any]], sim_prompts: int) -> dict[str, Any]:
+def measure(
+    man: str,
+    precision: str,
+    golds: list[dict[str, Any]],
+    sim_prompts: int,
+    sim_tokens: int | None = None,
+) -> dict[str, Any]:
     from qhx_export.verify.loop import load_bundle
     from qhx_export.verify.run import find_qhx_generate, run_qhx
 
@@ -89,18 +116,26 @@ def measure(man: str, precision: str, golds: list[dict[str, Any]], sim_prompts: 
             }
         )
     log(f"{precision}: CPU loop over 8 prompts in {time.monotonic() - t0:.0f}s")
+    ties = tie_excused(golds, rows)
     sim = []
     binary = find_qhx_generate()
     for g, row in list(zip(golds, rows, strict=True))[:sim_prompts]:
         t0 = time.monotonic()
-        got = run_qhx(binary, man, g["input_ids"], len(g["gold_ids"]), g["gold_ids"])
-        same = sum(a == b for a, b in zip(got, row["cpu_ids"], strict=True))
+        n = (
+            len(g["gold_ids"])
+            if sim_tokens is None
+            else min(sim_tokens, len(g["gold_ids"]))
+        )
+        got = run_qhx(binary, man, g["input_ids"], n, g["gold_ids"][:n])
+        same = sum(a == b for a, b in zip(got, row["cpu_ids"][:n], strict=True))
         sim.append(
             {
                 "case": g["case"],
                 "steps": len(got),
                 "equal_to_cpu": same,
-                "agree_gold": sum(a == b for a, b in zip(got, g["gold_ids"], strict=True)),
+                "agree_gold": sum(
+                    a == b for a, b in zip(got, g["gold_ids"][:n], strict=True)
+                ),
             }
         )
         log(
@@ -121,11 +156,38 @@ def measure(man: str, precision: str, golds: list[dict[str, Any]], sim_prompts: 
             {k: v for k, v in r.items() if k != "cpu_ids"} | {"rate": round(x, 4)}
             for r, x in zip(rows, rates, strict=True)
         ],
-        "pass": mean >= bar_mean and min(rates) >= bar_each and (sim_rate is None or sim_rate >= SIM_AGREE),
-        "simulator": {"prompts": sim, "equal_to_cpu": None if sim_rate is None else round(sim_rate, 4)},
+        "pass": mean >= bar_mean
+        and min(rates) >= bar_each
+        and (sim_rate is None or sim_rate >= SIM_AGREE),
+        "simulator": {
+            "prompts": sim,
+            "equal_to_cpu": None if sim_rate is None else round(sim_rate, 4),
+        },
         "decode_bytes": rep.get("decode_bytes"),
         "decode_ms_per_token_estimate": est.get("decode_ms_per_token"),
         "quantization": rep.get("quantization"),
+        "f16_ties_excused": ties,
+        "export_s": (rep.get("stages") or {}).get("total_s"),
+        "sizes": rep.get("sizes"),
+    }
+
+
+def tie_excused(
+    golds: list[dict[str, Any]], rows: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """Agreement under scripts/parity.py's f16 tie rule (goldens that record HF's top-2 per step):
+    a miss counts when the pick is HF's runner-up within one f16 step. Reported, not a bar."""
+    if not all("top2_all" in g for g in golds):
+        return None
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from parity import agreement
+
+    res = [agreement(g, r["cpu_ids"], "f16") for g, r in zip(golds, rows, strict=True)]
+    rates = [x["rate"] for x in res]
+    return {
+        "ties": sum(x["ties"] for x in res),
+        "mean": round(sum(rates) / len(rates), 4),
+        "min": round(min(rates), 4),
     }
 
 
@@ -156,25 +218,42 @@ def table(res: list[dict[str, Any]]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out")
-    ap.add_argument("--precision", nargs="*", default=["fp16", "w8a16", "w4a16"], choices=list(BARS))
+    ap.add_argument(
+        "--precision", nargs="*", default=["fp16", "w8a16", "w4a16"], choices=list(BARS)
+    )
+    ap.add_argument("--model", default="smollm2", choices=list(MODELS))
     ap.add_argument("--sim-prompts", type=int, default=2)
-    ap.add_argument("--reuse", action="store_true", help="measure bundles already in OUT_DIR")
+    ap.add_argument(
+        "--sim-tokens",
+        type=int,
+        default=None,
+        help="simulator steps per prompt (default: all)",
+    )
+    ap.add_argument(
+        "--no-estimate", action="store_true", help="export without --estimate"
+    )
+    ap.add_argument(
+        "--reuse", action="store_true", help="measure bundles already in OUT_DIR"
+    )
     ap.add_argument(
         "--gguf",
-        default=os.path.join(
-            os.environ.get("QHX_CACHE", os.path.expanduser("~/.cache/qhx")),
-            "assets/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-        ),
+        default=None,
+        help="the source checkpoint (default: the model's asset)",
     )
     ap.add_argument("extra", nargs="*", help="more qhx-export options (after --)")
     a = ap.parse_args()
-    golds = goldens()
-    os.makedirs(a.out, exist_ok=True)
+    golds = goldens(a.model)
+    _, asset, name = MODELS[a.model]
+    gguf = a.gguf or os.path.join(CACHE, asset)
+    out = a.out if a.model == "smollm2" else os.path.join(a.out, a.model)
+    os.makedirs(out, exist_ok=True)
     res = []
     for p in a.precision:
-        man = export(a.gguf, os.path.join(a.out, p), p, a.extra, a.reuse)
-        res.append(measure(man, p, golds, a.sim_prompts))
-        with open(os.path.join(a.out, "quality.json"), "w", encoding="utf-8") as f:
+        man = export(
+            gguf, os.path.join(out, p), name, p, a.extra, a.reuse, not a.no_estimate
+        )
+        res.append(measure(man, p, golds, a.sim_prompts, a.sim_tokens))
+        with open(os.path.join(out, "quality.json"), "w", encoding="utf-8") as f:
             json.dump(res, f, indent=2)
     print(table(res))
     return 0 if all(r["pass"] for r in res) else 1
