@@ -109,7 +109,15 @@ def specs(
         kv_layout="pos_major",
         verify_rows=verify_rows,
     )
-    return graphs_for(p, o, None)
+    out = graphs_for(p, o, None)
+    if quantized:
+        # The quantizer picks a quantized graph's I/O types (the emulator's f16 lm-head I/O
+        # convention does not apply): its float graph keeps float32 I/O for calibration.
+        for spec in out.values():
+            for t in spec["inputs"] + spec["outputs"]:
+                if t.get("dtype") == "f16":
+                    t["dtype"] = "f32"
+    return out
 
 
 def _elem(t: dict[str, Any]) -> int:
