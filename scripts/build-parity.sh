@@ -8,6 +8,8 @@
 #   lfm2-f32    lfm2-f16          tiny LFM2 (short-conv + attention) + SmolLM2 tokenizer     } tiny_models.
 #   gemma3w-f32 gemma3w-f16       tiny Gemma 3, sliding window 8 + Gemma 3 tokenizer         } write_hf_dir,
 #                                 all three written by qhx-export --target emu
+#   gemma3w-past-f32              the same, 4-row chunked prefill over the cache (windows across chunks)
+#   lfm2-none-f32                 the same, no prefill graph (conv state seeded by decode alone)
 #   gemma3-f32  gemma3-f16        Gemma-3-270M Q4_K_M GGUF (PyPI chunk wheels), by qhx-export --target emu
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -65,12 +67,20 @@ for fam in qwen3 lfm2 gemma3w; do
         PYTHONPATH="$PWD/scripts" "$py" -c 'import sys, tiny_models; tiny_models.write_hf_dir(*sys.argv[1:])' \
             "$fam" "$hf" "$tok" >&2
     fi
-    for io in f32 f16; do
-        d="$out/$fam-$io"
+    # Beside the window-prefill pair, the plan shapes layered models take differently: tiny
+    # Gemma 3 with a 4-row chunked prefill over its window-8 cache (past-f32), tiny LFM2 with
+    # no prefill graph, its conv state starting from zeros in decode (none-f32).
+    variants="f32 f16"
+    case $fam in gemma3w) variants+=" past-f32" ;; lfm2) variants+=" none-f32" ;; esac
+    for v in $variants; do
+        d="$out/$fam-$v"
+        io=${v##*-}
+        pre=(--ar 16)
+        case $v in past-*) pre=(--ar 4 --prefill past) ;; none-*) pre=(--prefill none) ;; esac
         export_ok "$d/tiny_$fam.json" && [[ "$d/tiny_$fam.json" -nt "$hf/qhx_source.json" ]] && continue
         echo "build-parity: $d" >&2
         PYTHONPATH="$PWD/export" "$py" -m qhx_export "$hf" --target emu -o "$d" --name "tiny_$fam" --io "$io" \
-            --embed-dtype "$io" --ctx 512 --ar 16 >&2
+            --embed-dtype "$io" --ctx 512 "${pre[@]}" >&2
     done
 done
 

@@ -165,6 +165,10 @@ mrc=0
     # Speculative decoding (prompt lookup, verified through the chunked prefill): every
     # SmolLM2 golden still exact, and some drafts verified.
     python3 scripts/parity.py --bundles "$matrix" --variants past-pos_major-f32 --filter smollm2/ --extra-args "--spec lookup"
+    # Layered plans in the other shapes: Gemma 3's window masks under a chunked prefill, LFM2's
+    # conv state seeded by decode alone.
+    python3 scripts/parity.py --variants past-f32 --filter gemma3w/
+    python3 scripts/parity.py --variants none-f32 --filter lfm2/
 } | tee "$mlog" || mrc=$?
 mpassed=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$mlog" | awk '{s+=$1} END {print s+0}')
 mfailed=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$mlog" | awk '{s+=$3} END {print s+0}')
