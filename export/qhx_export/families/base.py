@@ -653,15 +653,28 @@ class Family:
             o = o.transpose(2, 0, 1, 3).reshape(T, c.q_rows)
             x = x + o @ w[b + "attn_output.weight"].T
             peak = max(peak, float(np.abs(x).max()))
-            h = rms_norm(x, w[b + "ffn_norm.weight"], c.rms_eps)
-            m = silu(h @ w[b + "ffn_gate.weight"].T) * (h @ w[b + "ffn_up.weight"].T)
-            x = (x + m @ w[b + "ffn_down.weight"].T).astype(np.float32)
-        peak = max(peak, float(np.abs(x).max()))
-        if trace is not None:
-            trace["residual_max"] = max(trace.get("residual_max", 0.0), peak)
-        x = rms_norm(x, w["output_norm.weight"], c.rms_eps)
-        head = w["token_embd.weight"] if c.tied else w["output.weight"]
-        return (x @ np.asarray(head, np.float32).T).astype(np.float32)
+            x = swiglu_residual(c, w, b, x)
+        return final_logits(c, w, x, peak, trace)
+
+
+def swiglu_residual(c: Config, w: Weights, b: str, x: np.ndarray) -> np.ndarray:
+    """x + down(silu(gate(n)) * up(n)), n = RMSNorm(x): the FFN half of a layer `b` ("blk.i.")."""
+    n = rms_norm(x, w[b + "ffn_norm.weight"], c.rms_eps)
+    m = silu(n @ w[b + "ffn_gate.weight"].T) * (n @ w[b + "ffn_up.weight"].T)
+    return (x + m @ w[b + "ffn_down.weight"].T).astype(np.float32)
+
+
+def final_logits(
+    c: Config, w: Weights, x: np.ndarray, peak: float, trace: dict[str, float] | None
+) -> np.ndarray:
+    """The residual stream's last |x| into `peak` (recorded in `trace`), the final RMSNorm and
+    the (tied or own) vocabulary projection: float32 logits [T, vocab]."""
+    peak = max(peak, float(np.abs(x).max()))
+    if trace is not None:
+        trace["residual_max"] = max(trace.get("residual_max", 0.0), peak)
+    x = rms_norm(x, w["output_norm.weight"], c.rms_eps)
+    head = w["token_embd.weight"] if c.tied else w["output.weight"]
+    return (x @ np.asarray(head, np.float32).T).astype(np.float32)
 
 
 # -------------------------------------------------------------------------------------------------

@@ -31,10 +31,11 @@ from qhx_export.families.base import (
     Weights,
     _int,
     attention,
+    final_logits,
     rms_norm,
     rope_tables,
     rotate_half_rope,
-    silu,
+    swiglu_residual,
 )
 
 GLOBALS = {
@@ -220,12 +221,5 @@ class Lfm2(Family):
                 x = x + attention(c, q, k, v, future) @ w[b + "attn_output.weight"].T
             x = x.astype(np.float32)
             peak = max(peak, float(np.abs(x).max()))
-            n = rms_norm(x, w[b + "ffn_norm.weight"], c.rms_eps)
-            m = silu(n @ w[b + "ffn_gate.weight"].T) * (n @ w[b + "ffn_up.weight"].T)
-            x = (x + m @ w[b + "ffn_down.weight"].T).astype(np.float32)
-        peak = max(peak, float(np.abs(x).max()))
-        if trace is not None:
-            trace["residual_max"] = max(trace.get("residual_max", 0.0), peak)
-        x = rms_norm(x, w["output_norm.weight"], c.rms_eps)
-        head = w["token_embd.weight"] if c.tied else w["output.weight"]
-        return (x @ np.asarray(head, np.float32).T).astype(np.float32)
+            x = swiglu_residual(c, w, b, x)
+        return final_logits(c, w, x, peak, trace)
