@@ -411,9 +411,9 @@ pub fn contract_role(name: &str, input: bool) -> Option<&'static str> {
             "cos" => Some("RoPE cos"),
             "sin" => Some("RoPE sin"),
             "cmask" => Some("attention mask"),
-            "cos_local" => Some("RoPE cos (sliding layers)"),
-            "sin_local" => Some("RoPE sin (sliding layers)"),
-            "cmask_local" => Some("sliding-window mask"),
+            "cos_local" => Some("RoPE cos, local"),
+            "sin_local" => Some("RoPE sin, local"),
+            "cmask_local" => Some("window mask"),
             _ if layered("past_k") => Some("past K cache"),
             _ if layered("past_v") => Some("past V cache"),
             _ if layered("past_conv") => Some("conv state in"),
@@ -426,7 +426,7 @@ pub fn contract_role(name: &str, input: bool) -> Option<&'static str> {
     } else if layered("present_conv") {
         Some("conv state out")
     } else if layered("conv_bx") {
-        Some("conv state seed rows")
+        Some("conv seed rows")
     } else {
         None
     };
@@ -461,11 +461,11 @@ mod contract_tests {
             ("cmask", true, Some("attention mask")),
             ("past_k_12", true, Some("past K cache")),
             ("past_v_0", true, Some("past V cache")),
-            ("cmask_local", true, Some("sliding-window mask")),
-            ("cos_local", true, Some("RoPE cos (sliding layers)")),
+            ("cmask_local", true, Some("window mask")),
+            ("cos_local", true, Some("RoPE cos, local")),
             ("past_conv_2", true, Some("conv state in")),
             ("present_conv_2", false, Some("conv state out")),
-            ("conv_bx_0", false, Some("conv state seed rows")),
+            ("conv_bx_0", false, Some("conv seed rows")),
             ("new_v_3", false, Some("new V rows")),
             ("input_ids", true, Some("token ids")),
             ("position_ids_sin", true, Some("RoPE sin")),
