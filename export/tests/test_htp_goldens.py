@@ -16,8 +16,9 @@ it, else the script is run here); weights that differ from the goldens' fail, ne
 
 Marker `gemma_real` (deselected by default; scripts/real-gemma.sh runs it): the same check on
 Gemma-3-270M's real weights (the cached Q4_K_M GGUF, scripts/fetch-assets.sh gemma3) against
-tests/goldens/parity/gemma3_*.json, sized for CI: --ar 16 --ctx 64 (window prefill; the sliding
-window of 512 is past the context, so every layer sees the whole prompt), the two shortest
+tests/goldens/parity/gemma3_*.json, sized for CI: --ar 16 --ctx 512 (window prefill; qhx_generate
+refuses a sliding window larger than the context, and 512 is Gemma's window, so it never slides
+here: every layer sees the whole prompt), the two shortest
 prompts (short 6 ids, midword 8), teacher-forced for GEMMA_STEPS = 4 steps each: the prefill's
 token and three decode steps, the last two reading K/V rows a decode step wrote. midword's HF
 top-2 gaps over those steps are 0.117, 1.25, 0.128 and 0.082 (6, 80, 8 and 5 f16 steps at
@@ -175,7 +176,7 @@ def test_htp_fp16_gemma3_270m_against_hf_goldens(tmp_path: Path, capsys: pytest.
     out = tmp_path / "b"
     args = [str(gguf), "-o", str(out), "--name", "gemma3", "--target", "htp", "--precision", "fp16"]
     t0 = time.monotonic()
-    rc = main([*args, "--arch", "v79", "--prefill", "window", "--ar", "16", "--ctx", "64"])
+    rc = main([*args, "--arch", "v79", "--prefill", "window", "--ar", "16", "--ctx", "512"])
     export_s = time.monotonic() - t0
     cap = capsys.readouterr()
     assert rc == 0 and "Traceback" not in cap.err, cap.err[-600:]
