@@ -53,6 +53,16 @@ real_stages() {
         rfailed=$((${rfailed:-0} + 1))  # counted, so the closing line cannot read "0 failed"
     fi
 
+    # Real weights of a layered model (issue 17): Gemma-3-270M fp16 exported for the HTP, on
+    # the simulator against the HF goldens and the ORT loop (~2.5 min; this stage has slack).
+    echo "== Gemma-3-270M fp16 on the real backend vs HF goldens (scripts/real-gemma.sh)"
+    if scripts/real-gemma.sh; then
+        rpassed=$((${rpassed:-0} + 1))
+    else
+        rrc=1
+        rfailed=$((${rfailed:-0} + 1))
+    fi
+
     echo "== C API on the real backend (SDK call order, raw text: tiny Qwen2 manifest + a Genie config)"
     qlibs=$(scripts/qnn-libs.sh | tail -n 1)
     calog=$tmp/capi-real.log

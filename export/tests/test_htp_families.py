@@ -40,7 +40,7 @@ def tiny_dir(tmp: Path, family: str) -> Path:
     tok = gemma_tokenizer(tmp) if family == "gemma3w" else smollm2_tokenizer(tmp)
     mod = tiny_models()
     if tok is None or mod is None:
-        pytest.skip(f"no tokenizer for tiny {family} (scripts/fetch-assets.sh)")
+        pytest.fail(f"no tokenizer for tiny {family}: run scripts/fetch-assets.sh smollm2 gemma3")
     return Path(mod.write_hf_dir(family, str(tmp / family), str(tok)))
 
 
@@ -50,14 +50,21 @@ def tiny_dir(tmp: Path, family: str) -> Path:
         pytest.param(
             "gemma3w",
             ["--prefill", "past", "--ar", "4", "--ctx", "32"],
-            marks=pytest.mark.xfail(
-                reason="chunked prefill past the sliding window: on the second prompt one fp16 near-tie "
-                "(margin 0.008) resolves differently in qhx_generate and the ORT loop; unresolved",
-                strict=False,
-            ),
+            marks=[
+                # outside CI (scripts/export-slow.sh): it asserts nothing while it fails
+                pytest.mark.slow,
+                pytest.mark.xfail(
+                    reason="chunked prefill past the sliding window: on the second prompt one "
+                    "fp16 near-tie (margin 0.008) resolves differently in qhx_generate and the "
+                    "ORT loop; unresolved",
+                    strict=False,
+                ),
+            ],
         ),
         ("gemma3w", ["--ar", "4", "--ctx", "32"]),
-        ("lfm2", ["--ar", "4", "--ctx", "32"]),
+        # test_htp_goldens runs the qhx layout against the HF goldens in CI; --verify here too
+        # only outside it (scripts/export-slow.sh), for CI's time budget
+        pytest.param("lfm2", ["--ar", "4", "--ctx", "32"], marks=pytest.mark.slow),
         ("lfm2", ["--ar", "4", "--ctx", "32", "--layout", "lfm2-split-v1"]),
     ],
 )
