@@ -448,7 +448,7 @@ def manifest(
     template = ck.chat_template()
     if template:
         out["chat"] = {"template": template}
-    layers = layers_section(ck.config)
+    layers = layers_section(ck.config, o.ctx)
     if layers:
         out["layers"] = layers
     return out
@@ -459,15 +459,17 @@ def host_op(arch: str) -> str:
     return "qwen3_generate" if arch == "qwen3" else "llama_generate"
 
 
-def layers_section(c: Config) -> dict[str, Any] | None:
+def layers_section(c: Config, ctx: int | None = None) -> dict[str, Any] | None:
     """The manifest's `layers` object (per-layer types and what differs by type), or None when
-    every layer is the plain full-attention one."""
+    every layer is the plain full-attention one. A window wider than the cache `ctx` is written
+    as `ctx`: no position past the cache exists, so the two see the same keys, and the runtime
+    refuses a window larger than its cache."""
     types = c.types
     if all(t == "full_attention" for t in types):
         return None
     out: dict[str, Any] = {"types": list(types)}
     if "sliding_attention" in types:
-        out["sliding_window"] = c.sliding_window
+        out["sliding_window"] = min(c.sliding_window, ctx) if ctx and c.sliding_window else c.sliding_window
         out["rope"] = {
             "sliding_attention": {"theta": c.rope_local_theta, "cos": "cos_local", "sin": "sin_local"}
         }

@@ -195,7 +195,7 @@ def quantize_graphs(
             "rope_theta": c.rope_theta,
             "rope_scaling": c.rope_scaling,
         },
-        "layers": layers_section(c),
+        "layers": layers_section(c, o.ctx),
     }
     emb = host_embedding(ck, o.report.get("graph", {}).get("residual_scale", 1.0)).astype(np.float16)
 
@@ -307,7 +307,7 @@ def manifest(
     template = ck.chat_template()
     if template:
         out["chat"] = {"template": template}
-    layers = layers_section(c)
+    layers = layers_section(c, o.ctx)
     if layers:
         out["layers"] = layers
     return out
