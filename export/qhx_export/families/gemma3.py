@@ -27,6 +27,7 @@ import numpy as np
 
 from qhx_export import ExportError
 from qhx_export.families.base import (
+    LAYER_NAMES,
     QK_NORM_NAMES,
     Config,
     Family,
@@ -44,18 +45,13 @@ from qhx_export.families.base import (
 LOCAL_THETA = 10000.0
 SWA_PATTERN = 6  # llama.cpp / HF default: layers 5, 11, ... are full attention
 
-GEMMA_LAYER_NAMES = {  # HF suffix -> GGUF suffix
-    "input_layernorm.weight": "attn_norm.weight",
+# HF suffix -> GGUF suffix: Llama's, with Gemma's sandwich norms (its post_attention_layernorm
+# is the attention output's norm, and the FFN has a norm on each side) and q/k norms.
+GEMMA_LAYER_NAMES = {
+    **LAYER_NAMES,
     "post_attention_layernorm.weight": "post_attention_norm.weight",
     "pre_feedforward_layernorm.weight": "ffn_norm.weight",
     "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
     **QK_NORM_NAMES,
 }
 
