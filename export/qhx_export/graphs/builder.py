@@ -16,7 +16,10 @@ class Builder:
     """Nodes and initializers of one graph. `float_nodes` collects the names of the nodes that
     mixed precision keeps out of quantization (residual adds and RMSNorms)."""
 
-    def __init__(self) -> None:
+    def __init__(self, native_norm: bool = False) -> None:
+        # float graphs: RMSNorm as one SimplifiedLayerNormalization (QNN's RmsNorm), QDQ graphs
+        # keep the elementwise form the quantizer knows
+        self.native_norm = native_norm
         self.nodes: list[NodeProto] = []
         self.inits: list[TensorProto] = []
         self.n = 0
@@ -56,16 +59,38 @@ class Builder:
 
     # ---- composite pieces ------------------------------------------------------------------------
 
-    def rmsnorm(self, x: str, w: np.ndarray, eps: float, prescale: float = 1.0, mixed: bool = True) -> str:
-        """x / sqrt(mean(x^2) + eps) * w. x is multiplied by `prescale` (a power of two) first so
-        that x^2 stays inside fp16 range on the HTP; eps scales with it."""
+    def rmsnorm(
+        self,
+        x: str,
+        w: np.ndarray,
+        eps: float,
+        prescale: float = 1.0,
+        mixed: bool = True,
+        dims: Sequence[int] | None = None,
+    ) -> str:
+        """x / sqrt(mean(x^2) + eps) * w over the last axis; `dims`: x's shape when it is not 2-D.
+        x is multiplied by `prescale` (a power of two) first so that x^2 stays inside fp16 range on
+        the HTP; eps scales with it. The native form is QNN's RmsNorm, which on the HTP is within
+        an f16 step of exact where ReduceMean(x*x) and the Div lose ~2.5x that (LFM2's hidden
+        state); it takes 2-D input only (3-D with more than one row normalizes wrongly), so other
+        shapes go through [-1, D]."""
         k = len(self.nodes)
         xs = self.op("Mul", [x, self.const(np.float32(prescale))]) if prescale != 1.0 else x
-        ms = self.op(
-            "ReduceMean", [self.op("Mul", [xs, xs]), self.const(np.array([-1], np.int64))], keepdims=1
-        )
-        den = self.op("Sqrt", [self.op("Add", [ms, self.const(np.float32(eps * prescale * prescale))])])
-        y = self.op("Mul", [self.op("Div", [xs, den]), self.const(w.astype(np.float32), "norm_w")])
+        eps_s = float(eps * prescale * prescale)
+        if self.native_norm:
+            flat = dims is not None and len(dims) != 2
+            x2 = self.reshape(xs, [-1, int(w.shape[-1])]) if flat else xs
+            wn = self.const(w.astype(np.float32), "norm_w")
+            y = self.op("SimplifiedLayerNormalization", [x2, wn], axis=-1, epsilon=eps_s)
+            if flat:
+                assert dims is not None
+                y = self.reshape(y, dims)
+        else:
+            ms = self.op(
+                "ReduceMean", [self.op("Mul", [xs, xs]), self.const(np.array([-1], np.int64))], keepdims=1
+            )
+            den = self.op("Sqrt", [self.op("Add", [ms, self.const(np.float32(eps_s))])])
+            y = self.op("Mul", [self.op("Div", [xs, den]), self.const(w.astype(np.float32), "norm_w")])
         if mixed:
             self.float_nodes += [n.name for n in self.nodes[k:]]
         return y
