@@ -76,3 +76,40 @@ def test_graph_design(tmp_path: Path) -> None:
     assert FLOAT_NODES_KEY in props and WEIGHTS_KEY in props
     # 7 MatMul weights per layer, each [in, out]
     assert len(__import__("json").loads(props[WEIGHTS_KEY])) == 7 * c.n_layers
+
+
+def test_genie_graph_exact_ops_same_math() -> None:
+    """The Genie graph with the float graphs' exact ops (SiLU through Tanh, softmax written out
+    with its Exp input floored, QNN's RmsNorm) computes what the single ops do, on a first step
+    whose past slots are all masked (Genie's -1000, where the HTP's fp16 Exp returns garbage
+    without the floor)."""
+    import onnxruntime as ort
+
+    from qhx_export.graphs.genie import MASK_NEG, genie_graph, io_spec
+
+    c = tiny_config("llama")
+    w = tiny_weights(c, 3)
+    ar, cl, half = 4, 16, c.head_dim // 2
+    rng = np.random.default_rng(0)
+    ang = np.arange(ar)[:, None] * 10000.0 ** (-np.arange(half) / half)[None]
+    mask = np.full((1, 1, ar, cl), MASK_NEG, np.float32)
+    mask[0, 0, :, cl - ar :] = np.where(np.tril(np.ones((ar, ar))) > 0, 0.0, MASK_NEG)
+    feed: dict[str, np.ndarray] = {
+        "input_ids": np.array([[1, 5, 9, 13]], np.int32),
+        "attention_mask": mask,
+        "position_ids_cos": np.cos(ang).reshape(1, 1, ar, half).astype(np.float32),
+        "position_ids_sin": np.sin(ang).reshape(1, 1, ar, half).astype(np.float32),
+    }
+    for name, _, dims in io_spec(c, ar, cl)[0]:
+        if name.startswith("past_"):
+            feed[name] = rng.standard_normal(dims).astype(np.float32)
+    out = {}
+    for exact in (False, True):
+        m = genie_graph(c, lambda n: np.asarray(w[n], np.float32), "g", ar, cl, GraphOptions(exact_ops=exact))
+        ops = {n.op_type for n in m.graph.node}
+        if exact:
+            assert {"Tanh", "Exp", "Max", "SimplifiedLayerNormalization"} <= ops
+            assert not ops & {"Softmax", "Sigmoid", "ReduceMean"}
+        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        out[exact] = sess.run(["logits"], feed)[0]
+    np.testing.assert_allclose(out[True], out[False], atol=1e-4)

@@ -76,9 +76,7 @@ class GraphOptions:
     resid_scale: float = 1.0
     qk_prescale: float = 1.0  # q/k norm input scale (Gemma-3-270M's q reaches ~470: q^2 > 65504)
     # Float graphs: SiLU through Tanh, softmax written out, RMSNorm as QNN's RmsNorm (each closer
-    # to exact fp16 on the HTP than the single op; see silu, softmax, Builder.rmsnorm). The Genie
-    # graph keeps the single ops: with these its qhx_generate --verify fell to 42 % (not yet
-    # understood)
+    # to exact fp16 on the HTP than the single op; see silu, softmax, Builder.rmsnorm)
     exact_ops: bool = True
 
 
@@ -171,6 +169,9 @@ def gelu_tanh(b: Builder, x: str) -> str:
     return b.op("Mul", [half, b.op("Add", [t, b.const(np.float32(1.0))])])
 
 
+EXP_FLOOR = -64.0  # softmax's x - max floor: e^-64 rounds to 0 in f16, the HTP's Exp is exact there
+
+
 def silu(b: Builder, x: str, single_op: bool) -> str:
     """x * sigmoid(x). Float graphs write it as h * (1 + tanh(h)), h = x / 2: the HTP's fp16
     Sigmoid after a MatMul is off by up to 0.0037 (15 f16 steps at 0.5; a Sigmoid on a graph
@@ -184,12 +185,15 @@ def silu(b: Builder, x: str, single_op: bool) -> str:
 
 def softmax(b: Builder, x: str, single_op: bool) -> str:
     """Softmax over the last axis. Float graphs write it out, exp(x - max) / sum: the HTP's fp16
-    Softmax op is off by up to ~6 f16 steps of its output, the written-out form by ~2. `single_op`
-    (QDQ graphs) keeps the op."""
+    Softmax op is off by up to ~6 f16 steps of its output, the written-out form by ~2. x - max is
+    clamped at -64 (e^-64 is 0 in f16): the HTP's fp16 Exp returns garbage below about -88
+    (+-131008 at -100 or -1000, Genie's mask value, which zeroed whole rows). `single_op` (QDQ
+    graphs) keeps the op."""
     if single_op:
         return b.op("Softmax", [x], axis=-1)
     ax = b.const(np.array([-1], np.int64))
-    e = b.op("Exp", [b.op("Sub", [x, b.op("ReduceMax", [x, ax], keepdims=1)])])
+    d = b.op("Sub", [x, b.op("ReduceMax", [x, ax], keepdims=1)])
+    e = b.op("Exp", [b.op("Max", [d, b.const(np.float32(EXP_FLOOR))])])
     return b.op("Div", [e, b.op("ReduceSum", [e, ax], keepdims=1)])
 
 

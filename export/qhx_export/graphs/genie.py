@@ -58,7 +58,7 @@ def genie_graph(c: Config, w: WeightFn, name: str, ar: int, cl: int, o: GraphOpt
     """The fp16 graph of one Genie (AR, CL) variant."""
     H, Dh, nkv = c.hidden, c.head_dim, c.n_kv_heads
     past = cl - ar
-    b = Builder()
+    b = Builder(native_norm=o.exact_ops)
     table = b.const(np.ascontiguousarray(w("token_embd.weight").astype(np.float32)), "embed_tokens")
     x = b.reshape(b.op("Gather", [table, "input_ids"], axis=0), [ar, H])
     cos_h = b.reshape("position_ids_cos", [ar, 1, Dh // 2])

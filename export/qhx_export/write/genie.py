@@ -133,7 +133,7 @@ def write_genie(
     if precision != "fp16":
         raise NotImplementedYet(f"--format genie with --precision {precision} (fp16 only so far)")
     w = ck.weights()
-    o = GraphOptions(prescale=prescale, exact_ops=False)
+    o = GraphOptions(prescale=prescale)
     bins, sizes = [], {}
     for a in sorted({ar, 1}, reverse=True):
         gname = f"{'prompt' if a > 1 else 'token'}_ar{a}_cl{ctx}_1_of_1"
