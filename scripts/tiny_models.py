@@ -1,4 +1,4 @@
-"""Deterministic tiny models for the parity suite, shared by goldens.py and make_tiny.py.
+"""Deterministic tiny models for the parity suite, shared by goldens.py and build-parity.sh (write_hf_dir).
 
 Weights come from numpy's legacy RandomState (its stream is frozen across numpy versions)
 with a fixed seed per family, in HF transformers' parameter names and layouts (q/k rows in
