@@ -2,7 +2,9 @@
 # All tests: formatting and lints, unit tests, layout assertions, the emulator through the C
 # ABI, end-to-end runs of the real binary (tiny synthetic bundles and SmolLM2 real weights),
 # the bad-input catalogue, and parity on the real QNN HTP backend (real context binaries on
-# onnxruntime-qnn's x86_64 libQnnHtp.so, scripts/build-real.sh + scripts/real_parity.py). Fails if any test fails or none ran; prints the totals.
+# onnxruntime-qnn's x86_64 libQnnHtp.so, scripts/build-real.sh + scripts/real_parity.py), with
+# the exporter's SmolLM2 (v75 fp16, v79 w8a16, v81 w4a16) and Gemma-3-270M bundles run there
+# too. Fails if any test fails or none ran; prints the totals.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
@@ -62,6 +64,24 @@ real_stages() {
         rrc=1
         rfailed=$((${rfailed:-0} + 1))
     fi
+
+    # The exporter end to end on real weights (issue 16): SmolLM2-135M exported for v75 fp16,
+    # v79 w8a16 and v81 w4a16, each run by qhx_generate on the simulator on 2 prompts.
+    echo "== SmolLM2-135M exported for v75 fp16, v79 w8a16, v81 w4a16 on the real backend (scripts/export-e2e.sh)"
+    t_e2e=$SECONDS
+    elog=$tmp/e2e.log
+    erc=0
+    scripts/export-e2e.sh 2>&1 | tee "$elog" || erc=$?
+    epassed=$(grep -oE '[0-9]+ passed' "$elog" | tail -n 1 | cut -d' ' -f1 || true)
+    efailed=$(grep -oE '[0-9]+ (failed|error)' "$elog" | tail -n 1 | cut -d' ' -f1 || true)
+    echo "test.sh: SmolLM2 export stage took $((SECONDS - t_e2e))s"
+    if [[ $erc -ne 0 || ${epassed:-0} -ne 3 ]]; then
+        echo "test.sh: the SmolLM2 end-to-end exports did not all pass (${epassed:-0} of 3)"
+        rrc=1
+        efailed=$((${efailed:-0} > 0 ? ${efailed:-0} : 1))
+    fi
+    rpassed=$((${rpassed:-0} + ${epassed:-0}))
+    rfailed=$((${rfailed:-0} + ${efailed:-0}))
 
     echo "== C API on the real backend (SDK call order, raw text: tiny Qwen2 manifest + a Genie config)"
     qlibs=$(scripts/qnn-libs.sh | tail -n 1)

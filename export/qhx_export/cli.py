@@ -118,6 +118,14 @@ def parser() -> argparse.ArgumentParser:
         "emu: value ranges JSON for --io ufixed16",
     )
     htp = ap.add_argument_group("--target htp")
+    htp.add_argument(
+        "--calib-steps",
+        type=int,
+        default=512,
+        metavar="N",
+        help="w8a16 / w4a16: decode (and verify, lm-head) executes calibrated on, spread over the "
+        "sequences (512); fewer export faster with ranges from fewer tokens",
+    )
     htp.add_argument("--keep-onnx", action="store_true", help="keep the ONNX graphs in DIR/onnx/")
     htp.add_argument(
         "--verify",
@@ -218,6 +226,8 @@ def _check_args(a: argparse.Namespace) -> None:
         raise ExportError(f"--ar {a.ar} exceeds --ctx {a.ctx}")
     if a.soc is not None and a.soc <= 0:
         raise ExportError(f"--soc {a.soc}: must be a positive soc_model number")
+    if a.calib_steps < 1:
+        raise ExportError(f"--calib-steps {a.calib_steps}: must be positive")
     if a.soc is not None and a.arch == "all":
         raise ExportError("--soc with --arch all: give one --arch per --soc")
     for k in ([a.verify_rows] if a.verify_rows is not None else []) + a.estimate_verify:
@@ -282,6 +292,7 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
         prefill=a.prefill,
         kv_dtype=a.kv_dtype,
         calib=a.calib,
+        calib_steps=a.calib_steps,
         keep_onnx=a.keep_onnx,
         estimate=a.estimate or a.estimate_only,
         estimate_only=a.estimate_only,

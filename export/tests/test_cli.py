@@ -124,6 +124,7 @@ def test_shape_the_family_does_not_allow(tmp_path: Path, capsys: pytest.CaptureF
         (["--arch", "v99"], ["--arch", "v99"]),
         (["--precision", "int3"], ["--precision"]),
         (["--ctx", "0"], ["--ctx 0"]),
+        (["--calib-steps", "0"], ["--calib-steps 0"]),
         (["--ar", "16"], ["--ar 16 exceeds --ctx 8"]),
         (["--ar", "x"], ["--ar", "'x'"]),
         (["--name", "a/b"], ["--name 'a/b'"]),

@@ -49,6 +49,7 @@ class HtpOptions:
     prefill: str = "window"
     kv_dtype: str = "f16"
     calib: str | None = None
+    calib_steps: int = 512  # decode / verify / lm-head calibration executes, spread over the sequences
     keep_onnx: bool = False
     estimate: bool = False
     verify_rows: int | None = None  # also a K-row verify graph over the decode cache (--spec)
@@ -151,7 +152,6 @@ def stream_scales(ck: Checkpoint, peak: float) -> tuple[float, float]:
     return 2.0**-k, 0.125
 
 
-CALIB_STEPS = 512  # decode / verify / lm-head calibration steps, spread over the sequences
 MIXED_PEAK = 1024.0  # a residual stream wider than this keeps its adds and norms in fp16
 Compiled = dict[str, tuple[str, str, dict[str, tuple[float, int]]]]
 
@@ -184,7 +184,7 @@ def quantize_graphs(
     log(
         f"{o.precision}: {wdesc} weights, uint16 activations"
         f"{f'; residual adds and RMSNorms in fp16 (residual peak {peak:.0f})' if mixed else ''}; "
-        f"calibrating on {len(seqs)} sequences"
+        f"calibrating on {len(seqs)} sequences ({o.calib_steps} decode steps)"
     )
     man = {
         "params": {
@@ -217,7 +217,7 @@ def quantize_graphs(
     tick = progress("calibrate", len(roles))
     for role in roles:
         t0 = time.monotonic()
-        ranges[role], _ = minmax(paths[role], feeds_stream(make_loop(role), seqs, role, CALIB_STEPS))
+        ranges[role], _ = minmax(paths[role], feeds_stream(make_loop(role), seqs, role, o.calib_steps))
         log(f"calibrated {role} ({time.monotonic() - t0:.1f}s)")
         tick()
     kv_ranges = tied_kv_ranges([ranges[r] for r in roles if r != "lmhead"])
@@ -248,6 +248,7 @@ def quantize_graphs(
         "lmhead": "int8 per channel, uint16 activations" if bits == 4 else "fp16",
         "kv_cache": "uint8, input and output ranges tied per layer" if o.kv_dtype == "u8" else "uint16",
         "calibration_sequences": len(seqs),
+        "calibration_decode_steps": o.calib_steps,
     }
     return out
 
@@ -350,6 +351,7 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
                 "kv_dtype": o.kv_dtype,
                 "arches": o.arches,
                 "calib": o.calib or "built-in",
+                "calib_steps": o.calib_steps,
                 "verify_rows": o.verify_rows,
                 "estimate_verify": o.estimate_verify,
             },
