@@ -111,7 +111,6 @@ real_stages() {
     echo "$((${rpassed:-0} + ${gpassed:-0})) $((${rfailed:-0} + ${gfailed:-0})) $((rrc | grc))" >"$rcounts"
 }
 
-stage "cargo test (release)"
 # One scratch directory for every stage's log; on exit it goes, and a background stage
 # still running (an early failure in the foreground) is stopped with its children.
 tmp=$(mktemp -d)
@@ -124,14 +123,8 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
-log=$tmp/cargo-test.log
-crc=0
-# The catalogue prints its case count (--show-output keeps passing tests' stdout).
-cargo test --release --workspace --no-fail-fast -- --show-output 2>&1 | tee "$log" || crc=$?
-sum() { grep -E '^test result:' "$log" | sed -E "s/.* ([0-9]+) $1.*/\1/" | awk '{s+=$1} END {print s+0}'; }
-passed=$(sum passed)
-failed=$(sum failed)
-
+# Started before cargo test: the background chain (mostly one core: the simulator) is the
+# longer one, and the foreground stages keep the other core busy meanwhile.
 rlog=$tmp/real.log
 glog=$tmp/genie.log
 gjson=$tmp/vs-genie.json
@@ -141,6 +134,15 @@ rslog=$tmp/real-stages.log
 echo "== real QNN backend + Genie interop: started in the background (printed below when done)" >&2
 real_stages >"$rslog" 2>&1 </dev/null &
 real_pid=$!
+
+stage "cargo test (release)"
+log=$tmp/cargo-test.log
+crc=0
+# The catalogue prints its case count (--show-output keeps passing tests' stdout).
+cargo test --release --workspace --no-fail-fast -- --show-output 2>&1 | tee "$log" || crc=$?
+sum() { grep -E '^test result:' "$log" | sed -E "s/.* ([0-9]+) $1.*/\1/" | awk '{s+=$1} END {print s+0}'; }
+passed=$(sum passed)
+failed=$(sum failed)
 
 stage "parity suite (goldens from HF transformers through the real binary)"
 plog=$tmp/parity.log
