@@ -49,6 +49,13 @@ SHAPES: dict[str, tuple[str, list[str]]] = {
         "deepseek-r1-distill-qwen-1.5b",
         ["--precision", "fp16", "--arch", "v81", "--ar", "128", "--ctx", "1024", "--estimate"],
     ),
+    # The card's runtime shape: "decode-over-prompt seeding (no batched-prefill path at runtime)",
+    # so decode + lm-head only. With the prefill context too, the simulator cannot load the second
+    # 2.6 GB context (QNN_COMMON_ERROR_MEM_ALLOC), whatever the order.
+    "deepseek-r1-distill-qwen-1.5b-fp16-decode": (
+        "deepseek-r1-distill-qwen-1.5b",
+        ["--precision", "fp16", "--arch", "v81", "--prefill", "none", "--ctx", "1024"],
+    ),
     "llama-3.2-1b-w4a16": (
         "llama-3.2-1b",
         ["--precision", "w4a16", "--arch", "v79", "--ar", "128", "--ctx", "512", "--estimate"],
