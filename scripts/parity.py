@@ -31,34 +31,18 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "export"))
+from qhx_export.verify.ties import is_tie  # noqa: E402  (standard library only)
 F16_PREFIX = 8
 F16_AGREEMENT = 0.90
 
 
-def f16_ulp(x: float) -> float:
-    """Spacing of f16 values around |x|."""
-    import math
-    e = max(math.frexp(abs(x))[1] - 1, -14)
-    return 2.0 ** (e - 10)
-
-
-def ulp(x: float, dtype: str) -> float:
-    """Spacing of `dtype` values around |x| (f16 or f32)."""
-    import math
-    if dtype == "f16":
-        return f16_ulp(x)
-    return 2.0 ** (max(math.frexp(abs(x))[1] - 1, -126) - 23)
-
-
 def tie(g, step, picked, dtype="f16") -> bool:
     """True when `picked` is HF's runner-up at `step` and HF's top-2 logits there differ by
-    less than one `dtype` step at their magnitude."""
+    less than one `dtype` step at their magnitude (qhx_export.verify.ties, --verify's rule too)."""
     # Newer goldens record every step's top-2 (top2_all); older ones the first 8 steps'.
     top = g.get("top2_all") or g.get("top5_first8", [])
-    if step >= len(top):
-        return False
-    (_, a), (j, b) = top[step][0], top[step][1]
-    return picked == j and abs(a - b) < ulp(a, dtype)
+    return step < len(top) and is_tie(top[step], picked, dtype)
 
 
 def tie_text(g, step) -> str:

@@ -3,13 +3,16 @@ reference's top-2 logits differ by less than one f16 step at their magnitude."""
 
 from __future__ import annotations
 
-from qhx_export.verify.run import f16_ulp, row, table
+from qhx_export.verify.run import row, table
+from qhx_export.verify.ties import ulp
 
 
-def test_f16_ulp() -> None:
-    assert f16_ulp(12.9) == 2.0**-7  # [8, 16): 8 * 2**-10
-    assert f16_ulp(-1.0) == 2.0**-10
-    assert f16_ulp(0.0) == 2.0**-24  # subnormal spacing
+def test_ulp() -> None:
+    assert ulp(12.9) == 2.0**-7  # [8, 16): 8 * 2**-10
+    assert ulp(-1.0) == 2.0**-10
+    assert ulp(0.0) == 2.0**-24  # subnormal spacing
+    assert ulp(12.9, "f32") == 2.0**-20
+    assert ulp(0.0, "f32") == 2.0**-149
 
 
 def test_ties_are_excused_and_reported_apart() -> None:

@@ -13,7 +13,6 @@ bug on one side.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -26,6 +25,7 @@ import numpy as np
 
 from qhx_export import ExportError
 from qhx_export.read.base import Checkpoint
+from qhx_export.verify.ties import Top2, is_tie
 
 THRESHOLDS = {"fp16": 0.98, "w8a16": 0.95, "w4a16": 0.85}
 PROMPTS = [  # short prompts: the simulator runs ~135M MAC/token at well under 1 GMAC/s
@@ -62,16 +62,6 @@ def qnn_libdir() -> str:
     return os.path.dirname(onnxruntime_qnn.__file__)
 
 
-def f16_ulp(x: float) -> float:
-    """Spacing of f16 values around |x| (subnormal spacing below 2**-14)."""
-    if x == 0:  # frexp(0) has exponent 0, which would give 2**-11
-        return 2.0**-24
-    return 2.0 ** (max(math.frexp(abs(x))[1] - 1, -14) - 10)
-
-
-Top2 = tuple[tuple[int, float], tuple[int, float]]
-
-
 def float_greedy(ck: Checkpoint, ids: Sequence[int], n: int) -> tuple[list[int], list[Top2]]:
     """The float reference's greedy continuation (n tokens) and each step's top-2 (id, logit)."""
     w = ck.weights()
@@ -83,13 +73,6 @@ def float_greedy(ck: Checkpoint, ids: Sequence[int], n: int) -> tuple[list[int],
         out.append(i)
         seq.append(i)
     return out, top2
-
-
-def is_tie(top2: Top2, picked: int) -> bool:
-    """`picked` is the reference's runner-up and its top-2 differ by less than one f16 step at
-    the top logit: fp16 logits cannot order the two, so either pick agrees."""
-    (_, a), (j, b) = top2
-    return picked == j and abs(a - b) < f16_ulp(a)
 
 
 def tie_steps(got: Sequence[int], gold: Sequence[int], top2: Sequence[Top2]) -> list[int]:
