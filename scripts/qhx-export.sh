@@ -43,4 +43,6 @@ if ! installed; then
     fi
     exec 9>&-
 fi
-exec "$py" -m qhx_export "$@"
+# This checkout's package first: the venv is shared, and its editable install may point at
+# another checkout (a second worktree, a CI clone) that installed last.
+PYTHONPATH="$root/export${PYTHONPATH:+:$PYTHONPATH}" exec "$py" -m qhx_export "$@"

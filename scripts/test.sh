@@ -35,6 +35,8 @@ export QHX_PARITY_BUNDLES="$PWD/$(scripts/build-parity.sh)"
 
 stage "bundle writer self-test"
 cache=${QHX_CACHE:-$HOME/.cache/qhx}
+# the exporter's stage cache lives with the other caches (a cold run with QHX_CACHE is cold)
+export QHX_EXPORT_CACHE=${QHX_EXPORT_CACHE:-$cache/export-stages}
 "$cache/venv/bin/python" scripts/make_bundle.py --self-test
 
 # The real-backend and Genie stages (HTP simulator, mostly one core) run in the background

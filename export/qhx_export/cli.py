@@ -128,6 +128,16 @@ def parser() -> argparse.ArgumentParser:
     )
     htp.add_argument("--keep-onnx", action="store_true", help="keep the ONNX graphs in DIR/onnx/")
     htp.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="the stage cache: finished stages (float graphs, calibration, QDQ graphs, context "
+        "binaries, estimates) kept by input hash + options + exporter code, so a rerun after a "
+        "failure resumes and another --arch reuses the graphs (default $QHX_EXPORT_CACHE or "
+        "~/.cache/qhx-export; QHX_EXPORT_CACHE=off: none; least recently used entries go past "
+        "$QHX_EXPORT_CACHE_MAX_GB, 20)",
+    )
+    htp.add_argument("--no-cache", action="store_true", help="no stage cache: every stage runs")
+    htp.add_argument(
         "--verify",
         action="store_true",
         help="run the bundle with qhx_generate on the HTP simulator against the float reference "
@@ -275,6 +285,11 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
     ):
         if val:
             raise ExportError(f"{opt} is an option of --target emu")
+    if a.no_cache and a.cache_dir:
+        raise ExportError("--no-cache with --cache-dir: give one")
+    from qhx_export.cache import default_root, max_bytes
+
+    max_bytes()  # a bad QHX_EXPORT_CACHE_MAX_GB is an error before any work
     _check_layout(a, ck, io_f16=(a.precision or "fp16") == "fp16")
     if not ck.family.htp_graphs:
         raise NotImplementedYet(
@@ -293,6 +308,7 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
         kv_dtype=a.kv_dtype,
         calib=a.calib,
         calib_steps=a.calib_steps,
+        cache_dir=None if a.no_cache else _abs(a.cache_dir or default_root()),
         keep_onnx=a.keep_onnx,
         estimate=a.estimate or a.estimate_only,
         estimate_only=a.estimate_only,
@@ -356,6 +372,8 @@ def _export_emu(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
         ("--verify", a.verify),
         ("--keep-onnx", a.keep_onnx),
         ("--fp16-weights", a.fp16_weights is not None),
+        ("--cache-dir", a.cache_dir is not None),
+        ("--no-cache", a.no_cache),
     ):
         if val:
             raise ExportError(f"{opt} is an option of --target htp")
@@ -396,6 +414,10 @@ def _export_emu(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
             manifests.append(os.path.relpath(path, tmp))
     log(f"done in {time.monotonic() - t0:.1f}s")
     return [os.path.join(os.path.normpath(a.out), m) for m in manifests]
+
+
+def _abs(path: str | None) -> str | None:
+    return os.path.abspath(path) if path else None
 
 
 def _check_layout(a: argparse.Namespace, ck: Any, io_f16: bool) -> None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import gguf
@@ -12,6 +13,21 @@ import pytest
 from safetensors.numpy import save_file
 
 from qhx_export.families import Config, Family, registered
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stage_cache() -> Iterator[None]:
+    """Exports in the suite run every stage (no stage cache, never the user's ~/.cache/qhx-export;
+    pytest keeps its temporary directories, and a SmolLM2 export's stages are gigabytes): a test
+    of the cache passes --cache-dir itself."""
+    old = os.environ.get("QHX_EXPORT_CACHE")
+    os.environ["QHX_EXPORT_CACHE"] = "off"
+    yield
+    if old is None:
+        os.environ.pop("QHX_EXPORT_CACHE", None)
+    else:
+        os.environ["QHX_EXPORT_CACHE"] = old
+
 
 LLAMA3_SCALING = {
     "rope_type": "llama3",

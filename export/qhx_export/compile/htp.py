@@ -69,7 +69,8 @@ def compile_graph(
     src: str, out_dir: str, stem: str, options: dict[str, str], profile: str | None = None
 ) -> tuple[str, str, float]:
     """Compile `src` into `out_dir/<stem>.onnx` + `<stem>_qnn.bin`; returns (wrapper, bin, seconds).
-    `profile`: a CSV path for QNN 'detailed' profiling (Hextimate rows when soc_model is 72)."""
+    `profile`: a CSV path for QNN 'detailed' profiling (Hextimate rows when soc_model is 72).
+    Errors name the graph by `stem` (`src` may be a stage-cache file)."""
     import onnxruntime as ort
 
     wrapper = os.path.join(out_dir, f"{stem}.onnx")
@@ -94,9 +95,10 @@ def compile_graph(
         ort.InferenceSession(src, so)
     except Exception as e:  # ORT raises its own exception types
         msg = str(e).strip().splitlines()
-        raise ExportError(f"{os.path.basename(src)}: QNN compile failed: {msg[-1] if msg else e}") from e
+        where = f"graph {stem} (htp_arch {options.get('htp_arch')}, soc_model {options.get('soc_model')})"
+        raise ExportError(f"{where}: QNN compile failed: {msg[-1] if msg else e}") from e
     if not os.path.isfile(binf):
-        raise ExportError(f"{os.path.basename(src)}: ORT wrote no {binf}")
+        raise ExportError(f"graph {stem}: ORT wrote no {binf}")
     return os.path.basename(wrapper), os.path.basename(binf), time.monotonic() - t0
 
 

@@ -107,7 +107,7 @@ def minmax(src: str, feeds: Iterator[Feeds]) -> tuple[dict[str, tuple[float, flo
     so = ort.SessionOptions()
     so.log_severity_level = 3
     external = any(onnx.external_data_helper.uses_external_data(t) for t in m.graph.initializer)
-    aug = src + ".calib.onnx"  # beside src, so its external data locations still resolve
+    aug = f"{src}.calib-{os.getpid()}.onnx"  # beside src, so its external data locations resolve
     if external:
         onnx.save(m, aug)
     model: str | bytes = aug if external else m.SerializeToString()

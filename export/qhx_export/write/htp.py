@@ -12,22 +12,24 @@ and the scale/offset of fixed-point graph I/O.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from qhx_export import ExportError, NotImplementedYet, __version__
+from qhx_export.cache import StageCache, key_of, source_hash
 from qhx_export.compile import htp as qc
 from qhx_export.graphs import GraphOptions, layer_graph, lmhead_graph, save, specs
 from qhx_export.quant.lpbq import BLOCK as LPBQ_BLOCK
-from qhx_export.read.base import Checkpoint, sha256_file
+from qhx_export.read.base import Checkpoint
 from qhx_export.write import lfm2_layout
 from qhx_export.write.emu import layers_section
 from qhx_export.write.files import atomic_open
@@ -50,6 +52,7 @@ class HtpOptions:
     kv_dtype: str = "f16"
     calib: str | None = None
     calib_steps: int = 512  # decode / verify / lm-head calibration executes, spread over the sequences
+    cache_dir: str | None = None  # the stage cache (qhx_export.cache); None: no cache
     keep_onnx: bool = False
     estimate: bool = False
     verify_rows: int | None = None  # also a K-row verify graph over the decode cache (--spec)
@@ -90,28 +93,53 @@ def norm_prescale(ck: Checkpoint, seqs: list[list[int]]) -> tuple[float, float]:
     return 2.0**-k, peak
 
 
+@dataclass
+class Graph:
+    """One graph on its way to a context binary: the ONNX file, how QNN runs it (fp16: float graph,
+    quant: pure QDQ, mixed: QDQ with fp16 nodes), its fixed-point I/O, and its stage-cache key."""
+
+    path: str
+    mode: str
+    quant: dict[str, tuple[float, int]]
+    key: str
+
+
 def build_graphs(
-    ck: Checkpoint, o: HtpOptions, work: str, gopts: GraphOptions, tick: Callable[[], None]
-) -> dict[str, str]:
-    """Float ONNX graphs by role -> path. Besides the bundle's roles, `est_verify_<k>` graphs
-    (k rows over the cache) for the estimate table of --estimate-verify."""
+    ck: Checkpoint,
+    o: HtpOptions,
+    cache: StageCache,
+    src: str,
+    gopts: GraphOptions,
+    log: Log,
+    tick: Callable[[], None],
+) -> dict[str, Graph]:
+    """Float ONNX graphs by role. Besides the bundle's roles, `est_verify_<k>` graphs (k rows over
+    the cache) for the estimate table of --estimate-verify."""
     c = ck.config
     sp = specs(c, o.name, o.ar, o.ctx, o.prefill, gopts.quantized, o.verify_rows, gopts.io_f16)
     for k in extra_verify_rows(o):
         sp[f"est_verify_{k}"] = specs(c, o.name, o.ar, o.ctx, "none", gopts.quantized, k)["verify"]
-    paths = {}
+    out, cached = {}, 0
     for role in ("prefill", "verify", "decode", "lmhead", *(r for r in sp if r.startswith("est_"))):
         if role not in sp:
             continue
-        fn = lmhead_graph if role == "lmhead" else layer_graph
-        # each tensor read when the graph takes it and dropped after (no cache of every
-        # weight in f32: that alone is 7 GB for a 1.5B model)
-        m = fn(c, ck.float32, sp[role], gopts)
-        paths[role] = os.path.join(work, f"{role}.onnx")
-        save(m, paths[role])
-        del m
+        key = key_of("graph", {"source": src, "spec": sp[role], "options": asdict(gopts), "role": role})
+
+        def build(d: str, role: str = role) -> None:
+            fn = lmhead_graph if role == "lmhead" else layer_graph
+            # each tensor read when the graph takes it and dropped after (no cache of every
+            # weight in f32: that alone is 7 GB for a 1.5B model)
+            m = fn(c, ck.float32, sp[role], gopts)
+            save(m, os.path.join(d, "graph.onnx"))
+
+        hit = cache.lookup("graph", key)
+        d = hit or cache.entry("graph", key, build)
+        cached += hit is not None
+        out[role] = Graph(os.path.join(d, "graph.onnx"), "fp16", {}, key)
         tick()
-    return paths
+    if cached:
+        log(f"float graphs: {cached} of {len(out)} from the stage cache")
+    return out
 
 
 def extra_verify_rows(o: HtpOptions) -> list[int]:
@@ -153,20 +181,19 @@ def stream_scales(ck: Checkpoint, peak: float) -> tuple[float, float]:
 
 
 MIXED_PEAK = 1024.0  # a residual stream wider than this keeps its adds and norms in fp16
-Compiled = dict[str, tuple[str, str, dict[str, tuple[float, int]]]]
 
 
 def quantize_graphs(
     ck: Checkpoint,
     o: HtpOptions,
-    paths: dict[str, str],
+    graphs: dict[str, Graph],
     seqs: list[list[int]],
     peak: float,
-    work: str,
+    cache: StageCache,
     log: Log,
     progress: Progress,
-) -> Compiled:
-    """Calibrate and QDQ-quantize: {role: (path, qnn mode, fixed-point I/O params)}."""
+) -> dict[str, Graph]:
+    """Calibrate and QDQ-quantize: the graphs to compile, by role."""
     from qhx_export.quant.qdq import (
         CALIB_MASK,
         feeds_stream,
@@ -197,46 +224,78 @@ def quantize_graphs(
         },
         "layers": layers_section(c, o.ctx),
     }
-    emb = host_embedding(ck, o.report.get("graph", {}).get("residual_scale", 1.0)).astype(np.float16)
+    resid_scale = o.report.get("graph", {}).get("residual_scale", 1.0)
+    emb = host_embedding(ck, resid_scale).astype(np.float16)
 
     def make_loop(role: str) -> Callable[[], Loop]:
         # only the graphs calibrating `role` needs: a 1B model's float graph is ~4 GB in ORT
         need = {"prefill", "decode", role} | ({"lmhead"} if role == "lmhead" else set())
         return lambda: Loop(
             man,
-            work,
-            {r: cpu_graph(paths[r]) for r in paths if r in need},
+            cache.scratch,
+            {r: cpu_graph(graphs[r].path) for r in graphs if r in need},
             neg_override=CALIB_MASK,
             embed=emb,
         )
 
     # w4a16: the lm-head too, with int8 per-channel weights (4-bit logits lose too much);
     # w8a16 keeps an fp16 lm-head
-    roles = [r for r in paths if r != "lmhead"] + (["lmhead"] if bits == 4 else [])
-    ranges = {}
+    roles = [r for r in graphs if r != "lmhead"] + (["lmhead"] if bits == 4 else [])
+    # what calibration read: every float graph (the loop runs prefill / decode / lm-head), the
+    # token sequences, the step budget and the host embedding's scale
+    calib_in = {
+        "graphs": {r: g.key for r, g in sorted(graphs.items())},
+        "seqs": hashlib.sha256(json.dumps(seqs).encode()).hexdigest(),
+        "steps": o.calib_steps,
+        "resid_scale": resid_scale,
+    }
+    ranges, calib_keys = {}, {}
     tick = progress("calibrate", len(roles))
     for role in roles:
         t0 = time.monotonic()
-        ranges[role], _ = minmax(paths[role], feeds_stream(make_loop(role), seqs, role, o.calib_steps))
-        log(f"calibrated {role} ({time.monotonic() - t0:.1f}s)")
+        calib_keys[role] = key_of("calibrate", {**calib_in, "role": role})
+
+        def run(d: str, role: str = role) -> None:
+            r, _ = minmax(graphs[role].path, feeds_stream(make_loop(role), seqs, role, o.calib_steps))
+            with open(os.path.join(d, "ranges.json"), "w") as f:
+                json.dump(r, f)
+
+        hit = cache.lookup("calibrate", calib_keys[role])
+        d = hit or cache.entry("calibrate", calib_keys[role], run)
+        with open(os.path.join(d, "ranges.json")) as f:
+            ranges[role] = {k: (float(v[0]), float(v[1])) for k, v in json.load(f).items()}
+        log(f"calibrated {role} ({'cached' if hit else f'{time.monotonic() - t0:.1f}s'})")
         tick()
     kv_ranges = tied_kv_ranges([ranges[r] for r in roles if r != "lmhead"])
-    out: Compiled = {}
+    out: dict[str, Graph] = {}
+    kv_u8 = o.kv_dtype == "u8"
     tick = progress("quantize", len(roles))
     for role in roles:
         t0 = time.monotonic()
-        dst = os.path.join(work, f"{role}.qdq.onnx")
         rbits = 8 if role == "lmhead" else bits
-        quantize(
-            paths[role], dst, ranges[role], rbits, mixed and role != "lmhead", o.kv_dtype == "u8", kv_ranges
+        rmixed = mixed and role != "lmhead"
+        # tied K/V ranges make every role's QDQ graph depend on every role's calibration
+        key = key_of(
+            "quantize",
+            {"calib": calib_keys, "role": role, "bits": rbits, "mixed": rmixed, "kv_u8": kv_u8},
         )
-        quant = fixed_point_io(dst)
+
+        def run(d: str, role: str = role, rbits: int = rbits, rmixed: bool = rmixed) -> None:
+            dst = os.path.join(d, "graph.qdq.onnx")
+            quantize(graphs[role].path, dst, ranges[role], rbits, rmixed, kv_u8, kv_ranges)
+            with open(os.path.join(d, "io.json"), "w") as f:
+                json.dump(fixed_point_io(dst), f)
+
+        hit = cache.lookup("quantize", key)
+        d = hit or cache.entry("quantize", key, run)
+        with open(os.path.join(d, "io.json")) as f:
+            quant = {k: (float(v[0]), int(v[1])) for k, v in json.load(f).items()}
         fp16_inside = (mixed or bool(o.fp16_weights)) and role != "lmhead"
-        out[role] = (dst, "mixed" if fp16_inside else "quant", quant)
-        log(f"quantized {role} ({time.monotonic() - t0:.1f}s)")
+        out[role] = Graph(os.path.join(d, "graph.qdq.onnx"), "mixed" if fp16_inside else "quant", quant, key)
+        log(f"quantized {role} ({'cached' if hit else f'{time.monotonic() - t0:.1f}s'})")
         tick()
     if "lmhead" not in out:
-        out["lmhead"] = (paths["lmhead"], "fp16", {})
+        out["lmhead"] = graphs["lmhead"]
     o.report["quantization"] = {
         "weights": "int8 symmetric per output channel (MatMul)"
         if bits == 8
@@ -337,11 +396,17 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
     t0 = time.monotonic()
     qc.register()
     src = os.path.abspath(ck.path)
+    work = os.path.join(root, ".work")
+    os.makedirs(work, exist_ok=True)
+    cache = StageCache(o.cache_dir, work, log)
+    # the input's content, for the report and every stage key (memoized in the cache)
+    src_hash = source_hash(src, o.cache_dir) if os.path.isfile(src) or cache.enabled else None
     o.report.update(
         {
             "source": {
                 "path": os.path.basename(src.rstrip("/")),
-                "sha256": sha256_file(src) if os.path.isfile(src) else None,
+                "sha256": src_hash if os.path.isfile(src) else None,
+                **({"tree_sha256": src_hash} if os.path.isdir(src) and src_hash else {}),
             },
             "options": {
                 "precision": o.precision,
@@ -359,7 +424,15 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
         }
     )
     seqs = calib_ids(ck, o, 64)
-    prescale, peak = norm_prescale(ck, seqs[:4])
+    pkey = key_of("prescale", {"source": src_hash, "seqs": seqs[:4]})
+    found = cache.lookup("prescale", pkey)
+    if found is None:
+        prescale, peak = norm_prescale(ck, seqs[:4])
+        with cache.make("prescale", pkey) as d, open(os.path.join(d, "prescale.json"), "w") as f:
+            json.dump([prescale, peak], f)
+    else:
+        with open(os.path.join(found, "prescale.json")) as f:
+            prescale, peak = json.load(f)
     resid_scale, qk_prescale = stream_scales(ck, peak)
     if resid_scale != 1.0:
         prescale = min(1.0, prescale / resid_scale)
@@ -384,25 +457,36 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
         "qk_norm_prescale": qk_prescale,
         "attention": "gqa-native, self-score matmul, 1D decode mask",
     }
-    work = os.path.join(root, ".work")
-    os.makedirs(work, exist_ok=True)
     n_roles = 2 + (o.prefill != "none") + (o.verify_rows is not None) + len(extra_verify_rows(o))
-    paths = build_graphs(ck, o, work, gopts, progress("build graphs", n_roles)) if o.fmt != "genie" else {}
+    graphs = (
+        build_graphs(ck, o, cache, src_hash or "", gopts, log, progress("build graphs", n_roles))
+        if o.fmt != "genie"
+        else {}
+    )
     o.report["stages"]["build_s"] = round(time.monotonic() - t0, 1)
-    to_compile: dict[str, tuple[str, str, dict[str, tuple[float, int]]]]
-    to_compile = {r: (p, "fp16", {}) for r, p in paths.items()}
-    if quantized and paths:
-        to_compile = quantize_graphs(ck, o, paths, seqs, peak, work, log, progress)
+    to_compile = graphs
+    if quantized and graphs:
+        to_compile = quantize_graphs(ck, o, graphs, seqs, peak, cache, log, progress)
 
     if o.estimate and to_compile:
         from qhx_export.compile.estimate import estimate_graph, summarize
 
         per: dict[str, dict[str, Any]] = {}
         tick = progress("estimate (Hextimate, soc 72)", len(to_compile))
-        for role, (pth, mode, _) in to_compile.items():
+        for role, g in to_compile.items():
             t1 = time.monotonic()
-            per[role] = estimate_graph(pth, mode, work, role)
-            log(f"estimate {role}: {per[role]} ({time.monotonic() - t1:.1f}s)")
+            ekey = key_of("estimate", {"graph": g.key, "mode": g.mode})
+            hit = cache.lookup("estimate", ekey)
+            if hit is None:
+                res = estimate_graph(g.path, g.mode, work, role)
+                if "error" not in res:  # a missing row is not worth keeping
+                    with cache.make("estimate", ekey) as d, open(os.path.join(d, "estimate.json"), "w") as f:
+                        json.dump(res, f)
+            else:
+                with open(os.path.join(hit, "estimate.json")) as f:
+                    res = json.load(f)
+            per[role] = res
+            log(f"estimate {role}: {res} ({'cached' if hit else f'{time.monotonic() - t1:.1f}s'})")
             tick()
         vrows = {f"est_verify_{k}": k for k in extra_verify_rows(o)}
         if o.verify_rows is not None:
@@ -413,6 +497,8 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
     if o.estimate_only:
         shutil.rmtree(work, ignore_errors=True)
         o.report["stages"]["total_s"] = round(time.monotonic() - t0, 1)
+        o.report["cache"] = cache.summary()
+        cache.prune()
         return []
 
     emb = np.ascontiguousarray(host_embedding(ck, resid_scale).astype("<f2"))
@@ -433,7 +519,7 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
             sizes.update({f"{arch}/{k}": v for k, v in gsizes.items()})
             if o.fmt == "genie":
                 continue
-        modes = {m for _, m, _ in to_compile.values()}
+        modes = {g.mode for g in to_compile.values()}
         real: dict[str, Any] = {
             "backend": f"QNN HTP (onnxruntime-qnn, QAIRT {qc.qnn_version()})",
             "precision": o.precision,
@@ -445,15 +531,17 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
         refs: dict[str, Any] = {}
         bundle_roles = {r: v for r, v in to_compile.items() if is_bundle_role(r)}
         tick = progress(f"compile {arch}", len(bundle_roles))
-        for role, (pth, mode, quant) in bundle_roles.items():
+        for role, g in bundle_roles.items():
             t1 = time.monotonic()
-            wrapper, binf, secs = qc.compile_graph(
-                pth, out, f"{o.name}_{role}", qc.qnn_options(arch, soc, mode)
+            mode, quant = g.mode, g.quant
+            wrapper, binf, secs = compile_cached(
+                cache, g, out, f"{o.name}_{role}", qc.qnn_options(arch, soc, mode)
             )
             if lay is not None:  # the contract's file name (the wrapper follows it)
                 binf = qc.rename_binary(out, wrapper, binf, lay.bin_of(role))
             size = os.path.getsize(os.path.join(out, binf))
-            log(f"{arch} {role}: {binf} ({size / 1e6:.1f} MB) compiled in {secs:.1f}s")
+            how = "from the stage cache" if secs is None else f"compiled in {secs:.1f}s"
+            log(f"{arch} {role}: {binf} ({size / 1e6:.1f} MB) {how}")
             compile_s[f"{arch}/{role}"] = round(time.monotonic() - t1, 1)
             sizes[f"{arch}/{binf}"] = size
             refs[role] = {"bin": binf}
@@ -471,8 +559,8 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
             f.write(tok)
         if o.keep_onnx:
             os.makedirs(os.path.join(out, "onnx"), exist_ok=True)
-            for role, (pth, _, _) in bundle_roles.items():
-                shutil.copyfile(pth, os.path.join(out, "onnx", f"{role}.onnx"))
+            for role, g in bundle_roles.items():
+                shutil.copyfile(g.path, os.path.join(out, "onnx", f"{role}.onnx"))
         man = manifest(ck, o, arch, refs, real, files)
         mpath = os.path.join(out, f"{o.name}.json")
         if lay is not None:  # the runner's form has no `source`: the report keeps how it was made
@@ -486,6 +574,8 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
         manifests.append(mpath)
     manifests += genie_paths
     shutil.rmtree(work, ignore_errors=True)
+    o.report["cache"] = cache.summary()
+    cache.prune()
     o.report["stages"]["compile_s"] = compile_s
     o.report["sizes"] = sizes
     o.report["stages"]["total_s"] = round(time.monotonic() - t0, 1)
@@ -493,6 +583,28 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
     if not manifests:
         raise ExportError("no arch to write")
     return manifests
+
+
+def compile_cached(
+    cache: StageCache, g: Graph, out: str, stem: str, options: dict[str, str]
+) -> tuple[str, str, float | None]:
+    """qc.compile_graph through the stage cache: (wrapper, binary, seconds or None when the
+    binary came from the cache). The cached pair is copied, never linked: a bundle file edited in
+    place must not change the entry."""
+    if not cache.enabled:
+        return qc.compile_graph(g.path, out, stem, options)
+    key = key_of("compile", {"graph": g.key, "stem": stem, "options": options, "qairt": qc.qnn_version()})
+    hit = cache.lookup("compile", key)
+    secs: list[float] = []
+
+    def run(d: str) -> None:
+        secs.append(qc.compile_graph(g.path, d, stem, options)[2])
+
+    d = hit or cache.entry("compile", key, run)
+    wrapper, binf = f"{stem}.onnx", f"{stem}_qnn.bin"
+    for f in (wrapper, binf):
+        shutil.copyfile(os.path.join(d, f), os.path.join(out, f))
+    return wrapper, binf, secs[0] if secs else None
 
 
 # ---- the bundle says how it was made --------------------------------------------------------------
