@@ -62,18 +62,3 @@ def read_metadata(path: str) -> dict:
             meta[key] = b.value(b.unpack("<I"))
         return meta
 
-
-class MetaModel:
-    """Duck-types the `get`/`need` part of make_bundle.Model for tokenizer building."""
-
-    def __init__(self, path: str):
-        self.path = path
-        self.meta = read_metadata(path)
-
-    def get(self, key, default=None):
-        return self.meta.get(key, default)
-
-    def need(self, key):
-        if key not in self.meta:
-            raise MetaError(f"{self.path}: missing metadata key {key}")
-        return self.meta[key]

@@ -1,6 +1,6 @@
 //! Writing emulator bundles from Rust: synthetic models of any shape (deterministic
 //! pseudo-random f32 weights), for tests and host-overhead benchmarks. Real-weight bundles
-//! come from `scripts/make_bundle.py`.
+//! come from the exporter (`scripts/qhx-export.sh ... --target emu`).
 
 use serde_json::{json, Value};
 use std::io::Write;
