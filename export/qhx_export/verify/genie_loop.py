@@ -57,10 +57,12 @@ class Split:
         q = quant or {}
         self.sess = sess
         self.inputs = {
-            i.name: Tensor(i.name, i.shape, TYPES[i.type], *q.get(i.name, (1.0, 0))) for i in sess.get_inputs()
+            i.name: Tensor(i.name, i.shape, TYPES[i.type], *q.get(i.name, (1.0, 0)))
+            for i in sess.get_inputs()
         }
         self.outputs = {
-            o.name: Tensor(o.name, o.shape, TYPES[o.type], *q.get(o.name, (1.0, 0))) for o in sess.get_outputs()
+            o.name: Tensor(o.name, o.shape, TYPES[o.type], *q.get(o.name, (1.0, 0)))
+            for o in sess.get_outputs()
         }
         self.record: list[dict[str, np.ndarray]] | None = None  # every execute's feeds (calibration)
 

@@ -184,7 +184,15 @@ def prepare_genie(
     for g in graphs:
         g.path = os.path.join(work, f"genie-{g.gname}.onnx")
         m = genie_graph(
-            c, lambda n: np.asarray(w[n], np.float32), g.gname, g.ar, o.ctx, gopts, g.layers, g.split, o.genie_splits
+            c,
+            lambda n: np.asarray(w[n], np.float32),
+            g.gname,
+            g.ar,
+            o.ctx,
+            gopts,
+            g.layers,
+            g.split,
+            o.genie_splits,
         )
         save(m, g.path)
         tick()
@@ -297,13 +305,13 @@ def quantize_genie(
         ranges[g.gname], _ = minmax(g.path, _calib_feeds(ck, graphs, g, seqs, o.calib_steps))
         gr = onnx.load(g.path, load_external_data=False).graph
         io[g.gname] = [
-            v.name
-            for v in (*gr.input, *gr.output)
-            if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+            v.name for v in (*gr.input, *gr.output) if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
         ]
         missing = [t for t in io[g.gname] if t not in ranges[g.gname]]
         if missing:
-            raise ExportError(f"genie {g.gname}: no calibration data for {missing[0]} (calibration too short)")
+            raise ExportError(
+                f"genie {g.gname}: no calibration data for {missing[0]} (calibration too short)"
+            )
         log(f"calibrated genie {g.gname} ({time.monotonic() - t0:.1f}s)")
         tick()
     shared = io_ranges(graphs, ranges, io)
