@@ -144,10 +144,11 @@ def _export(args: list[str], capsys: pytest.CaptureFixture[str]) -> Path:
     return Path(out.strip().splitlines()[-1]).parent
 
 
-def test_w8a16_genie_io(
-    tmp_path: Path, tiny_gguf: Callable[..., Path], capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("precision", ["w8a16", "w4a16"])
+def test_quantized_genie_io(
+    tmp_path: Path, tiny_gguf: Callable[..., Path], capsys: pytest.CaptureFixture[str], precision: str
 ) -> None:
-    """A w8a16 Genie bundle: fixed-point graph I/O as AI Hub's bundles have it (KV uint8 with each
+    """A w8a16 / w4a16 Genie bundle: fixed-point graph I/O as AI Hub's bundles have it (KV uint8 with each
     layer's _in / _out quantization identical in every graph, mask uint16 over [-1000, 0] so raw 0
     is masked and raw 65535 attends, cos/sin/logits uint16, input_ids int32), and the same
     quantization for a tensor in every graph that binds it."""
@@ -155,13 +156,13 @@ def test_w8a16_genie_io(
 
     calib = tmp_path / "calib.txt"
     calib.write_text("the quick brown fox jumps over the lazy dog\n\nhello world, hello again\n")
-    args = ["--format", "genie", "--precision", "w8a16", "--ar", "4", "--ctx", "16"]
+    args = ["--format", "genie", "--precision", precision, "--ar", "4", "--ctx", "16"]
     out = _export(
         [str(tiny_gguf()), "-o", str(tmp_path / "b"), *args, "--calib", str(calib), "--calib-steps", "8"],
         capsys,
     )
     src = json.loads((out / "genie-source.json").read_text())
-    assert src["precision"] == "w8a16" and src["splits"] == 1
+    assert src["precision"] == precision and src["splits"] == 1
     assert [g["name"].rstrip("_") for g in src["graphs"]] == [
         "prompt_ar4_cl16_1_of_1",
         "token_ar1_cl16_1_of_1",
