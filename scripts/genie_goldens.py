@@ -47,7 +47,7 @@ def main() -> int:
     root = os.path.dirname(HERE)
     for b in a.bundles:
         src = json.load(open(os.path.join(b, "genie-source.json"), encoding="utf-8"))
-        fam = src["family"]
+        fam = src.get("model_name", src["family"])  # the parity goldens are named by model
         goldens = [os.path.join(root, "tests/goldens/parity", f"{fam}_{c}.json") for c in a.cases.split(",")]
         cmd = [sys.executable, os.path.join(HERE, "genie_run.py"), os.path.join(b, "genie_config.json"), str(a.n),
                "--lib-dir", a.lib_dir] + [x for g in goldens for x in ("--golden", g)]
@@ -76,7 +76,7 @@ def main() -> int:
                          "hf_gold": "tests/goldens/parity/<family>_<case>.json gold_ids (HF transformers fp32)"},
             "bundle": os.path.basename(os.path.normpath(b)), "family": fam, "precision": src["precision"],
             "ar": src["ar"], "ctx": src["ctx"], "splits": src["splits"],
-            "weights_sha256": src.get("weights_sha256"), "graphs": [g["name"].rstrip("_") for g in src["graphs"]],  # '_' padding: make_genie.rename_graph
+            "weights_sha256": src.get("weights_sha256"), "graphs": [g["name"].rstrip("_") for g in src["graphs"]],  # '_' padding: qhx_export.write.genie.rename_graph
             "n_tokens": a.n, "genie_load_ms": genie["load_ms"], "runs": runs,
         }
         path = os.path.join(a.out, doc["bundle"] + ".json")

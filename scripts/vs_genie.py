@@ -65,7 +65,7 @@ def run_qhx(qhx, bundle, lib, n, prompt):
 
 def bundle_row(bundle, cases, n, lib, qhx):
     src = json.load(open(os.path.join(bundle, "genie-source.json"), encoding="utf-8"))
-    fam = src["family"]
+    fam = src.get("model_name", src["family"])  # the parity goldens are named by model
     goldens = [os.path.join(ROOT, "tests/goldens/parity", f"{fam}_{c}.json") for c in cases]
     gd = [json.load(open(g, encoding="utf-8")) for g in goldens]
     genie = run_genie(bundle, goldens, n, lib)

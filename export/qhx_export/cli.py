@@ -2,7 +2,7 @@
 
     qhx-export INPUT -o DIR [--target htp|emu] [--arch v73|v75|v79|v81|all] [--soc N]
                [--precision fp16|w8a16|w4a16] [--ctx C] [--ar N] [--prefill window|past|none]
-               [--kv-dtype f16|u8] [--format qhx|genie|both]
+               [--kv-dtype f16|u8] [--format qhx|genie|both] [--genie-splits N]
 
 Exit status: 0 written; 1 bad input or option (one line on stderr naming the file, tensor or
 option); 2 a documented option that is not implemented yet; 3 an internal error (a bug: rerun
@@ -84,7 +84,16 @@ def parser() -> argparse.ArgumentParser:
         "--format",
         choices=("qhx", "genie", "both"),
         default="qhx",
-        help="qhx manifest, Genie config, or both (default qhx)",
+        help="qhx manifest, Genie config, or both (default qhx); quantized Genie graphs have uint8 "
+        "KV and uint16 mask/cos/sin/logits I/O whatever --kv-dtype says (Genie's layout)",
+    )
+    ap.add_argument(
+        "--genie-splits",
+        type=int,
+        default=1,
+        metavar="N",
+        help="Genie graphs per (AR, CL) variant, over consecutive layers (the last with the head; "
+        "the hidden state passes between them by name); 1..n_layers (default 1)",
     )
     ap.add_argument(
         "--layout",
@@ -250,6 +259,10 @@ def _check_args(a: argparse.Namespace) -> None:
         raise ExportError("--estimate-verify needs --estimate (or --estimate-only)")
     if a.estimate_only and a.verify:
         raise ExportError("--estimate-only writes no bundle for --verify to run")
+    if a.genie_splits != 1 and a.format == "qhx":
+        raise ExportError(f"--genie-splits {a.genie_splits} needs --format genie or both")
+    if a.genie_splits < 1:
+        raise ExportError(f"--genie-splits {a.genie_splits}: must be positive")
 
 
 def run(argv: Sequence[str] | None) -> list[str]:
@@ -291,6 +304,8 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
 
     max_bytes()  # a bad QHX_EXPORT_CACHE_MAX_GB is an error before any work
     _check_layout(a, ck, io_f16=(a.precision or "fp16") == "fp16")
+    if a.genie_splits > ck.config.n_layers:
+        raise ExportError(f"--genie-splits {a.genie_splits}: the model has {ck.config.n_layers} layers")
     if not ck.family.htp_graphs:
         raise NotImplementedYet(
             f"{a.input}: --target htp has no {ck.family.name} graphs yet; use --target emu"
@@ -316,6 +331,7 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
         estimate_verify=a.estimate_verify,
         fp16_weights=DEFAULT_FP16_WEIGHTS if a.fp16_weights is None else a.fp16_weights,
         fmt=a.format,
+        genie_splits=a.genie_splits,
         model_name=a.model_name,
         layout=a.layout,
     )

@@ -151,8 +151,6 @@ def test_not_implemented_exits_2(
 ) -> None:
     path = tiny_gguf()
     htp = [str(path), "-o", str(tmp_path / "b")]  # --target htp (the default)
-    rc, _, err = run([*htp, "--format", "genie", "--precision", "w8a16"], capsys)
-    check_error(rc, err, 2, "--format genie with --precision w8a16")
     rc, _, err = run([*htp, "--kv-dtype", "u8"], capsys)
     check_error(rc, err, 1, "--kv-dtype u8 needs a quantized --precision")
     for more in (["--kv-dtype", "u8"], ["--format", "genie"]):

@@ -153,8 +153,11 @@ def quantize(
     mixed: bool,
     kv_u8: bool = False,
     kv_ranges: dict[str, tuple[float, float]] | None = None,
+    io_ranges: dict[str, tuple[int, float, float]] | None = None,
 ) -> None:
-    """QDQ-quantize the float graph `src` into `dst` (uint16 activations, per-channel weights)."""
+    """QDQ-quantize the float graph `src` into `dst` (uint16 activations, per-channel weights).
+    `io_ranges`: {tensor: (bits, lo, hi)} fixed unsigned 8/16-bit ranges (Genie's graph I/O, whose
+    ranges are shared across graphs and by each layer's K/V input and output)."""
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.calibrate import TensorData, TensorsData, save_tensors_data
@@ -194,6 +197,12 @@ def quantize(
         for t in [t for t in ranges if t.startswith(("past_", "new_"))]:
             lo, hi = shared[t.removeprefix("past_").removeprefix("new_")]
             overrides[t] = [{"quant_type": kv_type, "rmin": np.float32(lo), "rmax": np.float32(hi)}]
+    for t, (bits, lo, hi) in (io_ranges or {}).items():
+        # both ends around 0 (an asymmetric range must hold 0) and apart (a constant tensor)
+        lo, hi = min(lo, 0.0), max(hi, 0.0)
+        hi = hi if hi > lo else lo + 1e-6
+        qt = QuantType.QUInt8 if bits == 8 else QuantType.QUInt16
+        overrides[t] = [{"quant_type": qt, "rmin": np.float32(lo), "rmax": np.float32(hi)}]
     cfg = get_qnn_qdq_config(
         src,
         None,  # type: ignore[arg-type]  # ranges come from the calibration cache below
@@ -285,6 +294,8 @@ def fixed_point_io(path: str) -> dict[str, tuple[float, int]]:
     quant: dict[str, tuple[float, int]] = {}
     drop = []
     for inp in g.input:
+        if inp.type.tensor_type.elem_type != onnx.TensorProto.FLOAT:
+            continue  # integer inputs (Genie's input_ids) stay as they are
         qs = [n for n in g.node if n.op_type == "QuantizeLinear" and n.input[0] == inp.name]
         others = [n for n in g.node if inp.name in n.input and n.op_type != "QuantizeLinear"]
         if len(qs) != 1 or others:

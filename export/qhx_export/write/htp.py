@@ -60,6 +60,7 @@ class HtpOptions:
     estimate_only: bool = False  # the cost model's report, no bundle
     fp16_weights: tuple[str, ...] = ()  # quantized precisions: weight kinds kept fp16
     fmt: str = "qhx"  # qhx | genie | both
+    genie_splits: int = 1  # Genie graphs per (AR, CL) variant
     model_name: str | None = None
     layout: str = "qhx"  # qhx, or an LFM2 runner form (qhx_export.write.lfm2_layout)
     report: dict[str, Any] = field(default_factory=dict)  # filled while writing
@@ -375,10 +376,6 @@ def manifest(
 
 def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: Progress) -> list[str]:
     """Write the bundle under `root` (which exists: the staged DIR.partial); returns manifest paths."""
-    if o.fmt != "qhx" and o.precision != "fp16":
-        raise NotImplementedYet(
-            f"--format {o.fmt} with --precision {o.precision} (Genie bundles: fp16 only so far)"
-        )
     if o.kv_dtype == "u8" and o.precision == "fp16":
         raise ExportError("--kv-dtype u8 needs a quantized --precision (w8a16 or w4a16)")
     if o.fmt != "qhx" and (ck.family.name in ("gemma3", "lfm2") or ck.config.layer_types is not None):
@@ -501,6 +498,11 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
         cache.prune()
         return []
 
+    genie = None
+    if o.fmt in ("genie", "both"):  # built (and calibrated) once for every arch
+        from qhx_export.write.genie import prepare_genie
+
+        genie = prepare_genie(ck, o, prescale, seqs, peak, work, log, progress)
     emb = np.ascontiguousarray(host_embedding(ck, resid_scale).astype("<f2"))
     tok = ck.tokenizer_json()
     manifests, compile_s, sizes = [], {}, {}
@@ -509,12 +511,10 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
         out = os.path.join(root, arch) if o.per_arch_dirs else root
         os.makedirs(out, exist_ok=True)
         soc = soc_for(o, arch)
-        if o.fmt in ("genie", "both"):
+        if genie is not None:
             from qhx_export.write.genie import write_genie
 
-            cfg, gsizes = write_genie(
-                ck, out, arch, soc, o.name, o.ar, o.ctx, prescale, o.precision, work, log
-            )
+            cfg, gsizes = write_genie(ck, out, arch, soc, o, genie, log)
             genie_paths.append(cfg)
             sizes.update({f"{arch}/{k}": v for k, v in gsizes.items()})
             if o.fmt == "genie":
