@@ -1,9 +1,8 @@
 """GGUF tokenizer metadata (`tokenizer.ggml.*`) -> a HF `tokenizers` JSON.
 
 Two vocabularies, chosen by `tokenizer.ggml.model`:
-* "gpt2": byte-level BPE (`build_bpe_tokenizer`). Moved here from scripts/make_bundle.py
-  (build_tokenizer / bos_eos_template); byte-identical to what that script wrote
-  (json.dumps(..., ensure_ascii=False, indent=1)).
+* "gpt2": byte-level BPE (`build_bpe_tokenizer`), written as json.dumps(..., ensure_ascii=False,
+  indent=1); built to encode like transformers' own GGUF tokenizer conversion.
 * "llama" in a Gemma GGUF (architecture gemma / gemma2 / gemma3): SentencePiece-style BPE with
   byte fallback (`build_gemma_tokenizer`). The file has no merges; they are rebuilt from the
   vocabulary order.

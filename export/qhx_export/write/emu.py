@@ -1,8 +1,8 @@
 """Emulator bundles (`--target emu`): qnn-emu context binaries + embedding + tokenizer + manifest.
 
-Ported from scripts/make_bundle.py; for a GGUF input and the same options the files are
-byte-identical to that script's (tests/test_emu.py checks it on SmolLM2 when the asset is
-cached). The context-binary format is tests/qnn-emu/FORMAT.md: `QHXEMUCB`, u32 version 1, u32
+tests/test_emu.py decodes the binaries with the gguf package against the weights a GGUF was
+written from; the parity suite runs the bundles through qhx_generate against HF transformers'
+goldens. The context-binary format is tests/qnn-emu/FORMAT.md: `QHXEMUCB`, u32 version 1, u32
 header length N, N bytes of JSON header, zero padding to D = align64(16 + N), then the weights,
 each at D + offset (64-aligned).
 
@@ -59,7 +59,6 @@ class EmuOptions:
     dsp_arch: str = "v81"
     soc_model: int = 87
     writer: str = "qhx-export"  # manifest source.writer
-    dequantizer: str = "qhx_export.dequant"  # named in source.weights
     layout: str = "qhx"  # qhx, or an LFM2 runner form (qhx_export.write.lfm2_layout)
 
 
@@ -376,7 +375,7 @@ def weights_description(ck: Checkpoint, o: EmuOptions, encs: set[str]) -> str:
     if not isinstance(ck, GgufCheckpoint):
         return "f32 (from safetensors)"
     if o.weights != "q":
-        return f"f32 (dequantized with {o.dequantizer})"
+        return "f32 (dequantized with qhx_export.dequant)"
     kept = {GgmlType.F32, GgmlType.F16, *RAW_ENCODINGS}
     dequantized = {type_name(t.qtype).lower() for t in ck.tensors.values() if t.qtype not in kept}
     quant = sorted(encs & set(BLOCK_BYTES))
@@ -386,7 +385,7 @@ def weights_description(ck: Checkpoint, o: EmuOptions, encs: set[str]) -> str:
         else "f32/f16 as stored"
     )
     if dequantized:
-        desc += f"; {'/'.join(sorted(dequantized))} dequantized to f32 with {o.dequantizer}"
+        desc += f"; {'/'.join(sorted(dequantized))} dequantized to f32 with qhx_export.dequant"
     return desc
 
 
