@@ -2,7 +2,7 @@
 
     qhx-export INPUT -o DIR [--target htp|emu] [--arch v73|v75|v79|v81|all] [--soc N]
                [--precision fp16|w8a16|w4a16] [--ctx C] [--ar N] [--prefill window|past|none]
-               [--kv-dtype f16|u8] [--format qhx|genie|both]
+               [--kv-dtype f16|u8] [--kv-layout pos_major|head_major] [--format qhx|genie|both]
 
 Exit status: 0 written; 1 bad input or option (one line on stderr naming the file, tensor or
 option); 2 a documented option that is not implemented yet; 3 an internal error (a bug: rerun
@@ -74,6 +74,13 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--kv-dtype", choices=("f16", "u8"), default="f16", help="KV cache dtype (default f16)")
     ap.add_argument(
+        "--kv-layout",
+        choices=("pos_major", "head_major"),
+        default="pos_major",
+        help="K/V cache tensors of the graphs' I/O: pos_major [rows, n_kv*head_dim] or head_major "
+        "[n_kv, rows, head_dim] (default pos_major; qhx_generate reads either from the graph dims)",
+    )
+    ap.add_argument(
         "--verify-rows",
         type=int,
         metavar="K",
@@ -109,7 +116,6 @@ def parser() -> argparse.ArgumentParser:
         default="q",
         help="q: keep GGUF Q4_1/Q8_0 blocks and f16 (default); f32: dequantize all",
     )
-    emu.add_argument("--kv-layout", choices=("pos_major", "head_major"), default="pos_major")
     emu.add_argument("--shared", action="store_true", help="prefill and decode graphs in one binary")
     ap.add_argument(
         "--calib",
@@ -270,11 +276,12 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
         ("--io", a.io is not None),
         ("--weights", a.weights != "q"),
         ("--shared", a.shared),
-        ("--kv-layout", a.kv_layout != "pos_major"),
         ("--embed-dtype", a.embed_dtype is not None),
     ):
         if val:
             raise ExportError(f"{opt} is an option of --target emu")
+    if a.format == "genie" and a.kv_layout != "pos_major":
+        raise ExportError("--kv-layout is for qhx graphs; --format genie writes Genie's own cache layout")
     _check_layout(a, ck, io_f16=(a.precision or "fp16") == "fp16")
     if not ck.family.htp_graphs:
         raise NotImplementedYet(
@@ -291,6 +298,7 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
         ar=a.ar,
         prefill=a.prefill,
         kv_dtype=a.kv_dtype,
+        kv_layout=a.kv_layout,
         calib=a.calib,
         calib_steps=a.calib_steps,
         keep_onnx=a.keep_onnx,
