@@ -155,6 +155,8 @@ def test_not_implemented_exits_2(
     check_error(rc, err, 2, "--format genie with --precision w8a16")
     rc, _, err = run([*htp, "--kv-dtype", "u8"], capsys)
     check_error(rc, err, 1, "--kv-dtype u8 needs a quantized --precision")
+    rc, _, err = run([*htp, "--format", "genie", "--kv-layout", "head_major"], capsys)
+    check_error(rc, err, 1, "--kv-layout is for qhx graphs")
     for more in (["--kv-dtype", "u8"], ["--format", "genie"]):
         rc, _, err = run(emu(path, tmp_path / "b", *more), capsys)
         check_error(rc, err, 2, more[0])
