@@ -5,7 +5,7 @@
 #   scripts/demo.sh [n_tokens] [prompt]
 #   scripts/demo.sh --real [n_tokens] [prompt]
 # --real: the same model as a real HTP bundle (fp16 context binaries compiled by
-# onnxruntime's QNN EP, scripts/make_real.py) on the real QNN HTP backend: Qualcomm's x86_64
+# onnxruntime's QNN EP, written by the exporter) on the real QNN HTP backend: Qualcomm's x86_64
 # libQnnHtp.so / libQnnSystem.so from PyPI onnxruntime-qnn, which executes HTP graphs in
 # simulation. Its speed says nothing about a phone. First run: ~300 MB download, a few minutes
 # of graph compilation (cached as target/bundles/real/smollm2-fp16-window/, see build-real.sh).

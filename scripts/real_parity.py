@@ -34,15 +34,16 @@ import parity  # noqa: E402  (tie rule and golden checks shared with the emulato
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLOOR = {"fp16": 0.98, "w8a16": 0.90}
 # Golden cases per bundle (short prompts keep the simulator's time in budget; the chunked
-# prefill also takes the 109-token prompt: seven chunks). Not in CI, measured and reported:
-# llama3-fp16-past cyrillic / long diverge once each (31/32) where the fp32 top-2 gap is 0.012 /
-# 0.013 at logits near 13 (1.6 f16 steps), beyond the 8 steps whose HF runner-up the goldens
-# record.
+# prefill also takes the 109-token prompt: seven chunks). Not in CI, measured and reported: on
+# the exporter's graphs both tiny Qwen2 bundles take HF's runner-up on `short` at step 21 (31/32),
+# where the fp32 top-2 gap is 0.0028 at a logit of 12.37 (0.36 f16 steps), beyond the 8 steps
+# whose HF runner-up the goldens record. (The former writer's graphs missed llama3-fp16-past
+# cyrillic and long that way instead; the exporter's pass cyrillic 32/32, long is not re-run.)
 CASES = {
-    "qwen2-fp16-none": ["short", "midword", "question", "cyrillic", "code"],
+    "qwen2-fp16-none": ["midword", "question", "cyrillic", "code", "cjk_emoji"],
     "llama3-w8a16-window": ["short", "midword", "question", "cyrillic", "code"],
-    "llama3-fp16-past": ["short", "midword", "question", "code"],
-    "qwen2-fp16-past-head_major": ["short", "midword", "question", "cyrillic", "code", "long"],
+    "llama3-fp16-past": ["short", "midword", "question", "code", "cyrillic", "cjk_emoji"],
+    "qwen2-fp16-past-head_major": ["midword", "question", "cyrillic", "code", "long", "cjk_emoji"],
 }
 DEFAULT_CASES = ["short", "question", "code"]
 
@@ -248,7 +249,9 @@ def main() -> int:
             continue
         if b.startswith("genie-"):
             continue  # Genie-layout bundles (scripts/build-genie.sh): scripts/vs-genie.sh runs them
-        mans = glob.glob(os.path.join(d, "*.json"))
+        # the exporter writes tokenizer.json and export-report.json beside the manifest
+        mans = [p for p in glob.glob(os.path.join(d, "*.json"))
+                if os.path.basename(p) not in ("tokenizer.json", "export-report.json")]
         if len(mans) != 1:
             print(f"FAIL real/{b}: {len(mans)} manifests in {d} (want exactly one)")
             failed += 1
@@ -264,7 +267,9 @@ def main() -> int:
                 passed += ok
                 failed += not ok
             continue
-        fam, precision = m["source"]["family"], m["source"]["real"]["precision"]
+        # The goldens' family is the directory's first word (qwen2, llama3, smollm2): the
+        # manifest's source.family is the exporter's family class (llama for Llama-3 and SmolLM2).
+        fam, precision = b.split("-")[0], m["source"]["real"]["precision"]
         names = None if args.all_cases else set(CASES.get(b, DEFAULT_CASES))
         goldens = []
         for path in sorted(glob.glob(os.path.join(ROOT, f"tests/goldens/parity/{fam}_*.json"))):

@@ -4,14 +4,17 @@
     real_ref.py MANIFEST N_TOKENS --ids 1,2,3 [--teacher 4,5,6]     prints {"output_ids": [...]}
 
 It drives the *same* QNN context binaries qhx_generate runs (the EPContext wrapper models that
-scripts/make_real.py wrote next to them, through onnxruntime's QNN EP on the HTP backend) and
+the exporter, qhx-export --target htp, wrote next to them, through onnxruntime's QNN EP on the
+HTP backend) and
 does the host work itself, written from the graph contract (tests/qnn-emu/FORMAT.md), not from
 qhx's Rust: embedding rows, RoPE cos/sin, the additive masks, K/V rows written into the cache,
 quantize/dequantize of fixed-point I/O. Same backend and binaries, so the ids must equal
 qhx_generate's exactly; a difference is a host bug on one side.
 
-The same loop runs the float ONNX graphs on ORT's CPU EP (make_real.py uses it to collect
-calibration inputs for the W8A16 bundles).
+With --fp32-twin the same loop runs the float ONNX graphs the binaries were compiled from
+(kept by --keep-onnx: onnx/<role>.float.onnx for a quantized graph, else onnx/<role>.onnx) on
+ORT's CPU EP. K/V tensors may be position-major ([rows, K]) or head-major ([n_kv, rows, Dh]):
+the layout is read from the graph dims, as qhx_generate reads it.
 """
 from __future__ import annotations
 
@@ -350,8 +353,10 @@ def load_bundle(man_path: str, fp32_twin: bool = False) -> Loop:
         if fp32_twin:
             so = ort.SessionOptions()
             so.log_severity_level = 3
-            sess = ort.InferenceSession(os.path.join(root, "float", f"{role}.onnx"), so,
-                                        providers=["CPUExecutionProvider"])
+            path = os.path.join(root, "onnx", f"{role}.float.onnx")
+            if not os.path.isfile(path):  # a float graph compiled as it is
+                path = os.path.join(root, "onnx", f"{role}.onnx")
+            sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
             graphs[role] = Graph(sess, {})
         else:
             sess = qnn_session(os.path.join(root, ent["wrapper"]), real["qnn_options"][ent["precision"]])

@@ -4,9 +4,9 @@
 Runs the ORT reference loop (scripts/real_ref.py) on one golden prompt twice: with the RoPE
 tables computed in float32 (as qhx and real_ref.py do) and in float64 rounded to float32. The
 two tables differ by at most one quantization step in a handful of elements. A well-conditioned
-bundle gives the same top-5 both times; an ill-conditioned one (SmolLM2 W8A16 built without
-make_real.py --float-residual: its residual stream reaches |x| ~ 22,550, so a 16-bit step there
-is about 0.7) changes its answer,
+bundle gives the same top-5 both times; an ill-conditioned one (SmolLM2 W8A16 with its
+residual adds and RMSNorms quantized too, which the exporter no longer does: its residual stream
+reaches |x| ~ 22,550, so a 16-bit step there is about 0.7) changes its answer,
 which is why qhx and the reference loop can disagree on it without either being wrong. A
 third run forces a one-step nudge on every prompt row's cos (fixed-point bundles), so that
 bundles whose tables happen to agree are probed too. Also prints the fp32 twin (the same graphs in float on ORT's CPU EP) for scale.

@@ -33,11 +33,9 @@ export QHX_SMOLLM2_BUNDLE="$PWD/$bundle"
 stage "parity bundles (SmolLM2, Gemma-3-270M; tiny Qwen2, Llama-3, Qwen3, LFM2, Gemma 3; f32 and f16 I/O)"
 export QHX_PARITY_BUNDLES="$PWD/$(scripts/build-parity.sh)"
 
-stage "bundle writer self-test"
 cache=${QHX_CACHE:-$HOME/.cache/qhx}
 # the exporter's stage cache lives with the other caches (a cold run with QHX_CACHE is cold)
 export QHX_EXPORT_CACHE=${QHX_EXPORT_CACHE:-$cache/export-stages}
-"$cache/venv/bin/python" scripts/make_bundle.py --self-test
 
 # The real-backend and Genie stages (HTP simulator, mostly one core) run in the background
 # while the emulator parity and matrix stages (below) use the other; their output is printed

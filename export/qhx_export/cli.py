@@ -2,7 +2,8 @@
 
     qhx-export INPUT -o DIR [--target htp|emu] [--arch v73|v75|v79|v81|all] [--soc N]
                [--precision fp16|w8a16|w4a16] [--ctx C] [--ar N] [--prefill window|past|none]
-               [--kv-dtype f16|u8] [--format qhx|genie|both] [--genie-splits N]
+               [--kv-dtype f16|u8] [--kv-layout pos_major|head_major] [--format qhx|genie|both]
+               [--genie-splits N]
 
 Exit status: 0 written; 1 bad input or option (one line on stderr naming the file, tensor or
 option); 2 a documented option that is not implemented yet; 3 an internal error (a bug: rerun
@@ -74,6 +75,13 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--kv-dtype", choices=("f16", "u8"), default="f16", help="KV cache dtype (default f16)")
     ap.add_argument(
+        "--kv-layout",
+        choices=("pos_major", "head_major"),
+        default="pos_major",
+        help="K/V cache tensors of the graphs' I/O: pos_major [rows, n_kv*head_dim] or head_major "
+        "[n_kv, rows, head_dim] (default pos_major; qhx_generate reads either from the graph dims)",
+    )
+    ap.add_argument(
         "--verify-rows",
         type=int,
         metavar="K",
@@ -118,7 +126,6 @@ def parser() -> argparse.ArgumentParser:
         default="q",
         help="q: keep GGUF Q4_1/Q8_0 blocks and f16 (default); f32: dequantize all",
     )
-    emu.add_argument("--kv-layout", choices=("pos_major", "head_major"), default="pos_major")
     emu.add_argument("--shared", action="store_true", help="prefill and decode graphs in one binary")
     ap.add_argument(
         "--calib",
@@ -293,7 +300,6 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
         ("--io", a.io is not None),
         ("--weights", a.weights != "q"),
         ("--shared", a.shared),
-        ("--kv-layout", a.kv_layout != "pos_major"),
         ("--embed-dtype", a.embed_dtype is not None),
     ):
         if val:
@@ -303,6 +309,8 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
     from qhx_export.cache import default_root, max_bytes
 
     max_bytes()  # a bad QHX_EXPORT_CACHE_MAX_GB is an error before any work
+    if a.format == "genie" and a.kv_layout != "pos_major":
+        raise ExportError("--kv-layout is for qhx graphs; --format genie writes Genie's own cache layout")
     _check_layout(a, ck, io_f16=(a.precision or "fp16") == "fp16")
     if a.genie_splits > ck.config.n_layers:
         raise ExportError(f"--genie-splits {a.genie_splits}: the model has {ck.config.n_layers} layers")
@@ -321,6 +329,7 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
         ar=a.ar,
         prefill=a.prefill,
         kv_dtype=a.kv_dtype,
+        kv_layout=a.kv_layout,
         calib=a.calib,
         calib_steps=a.calib_steps,
         cache_dir=None if a.no_cache else _abs(a.cache_dir or default_root()),

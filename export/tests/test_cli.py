@@ -153,6 +153,8 @@ def test_not_implemented_exits_2(
     htp = [str(path), "-o", str(tmp_path / "b")]  # --target htp (the default)
     rc, _, err = run([*htp, "--kv-dtype", "u8"], capsys)
     check_error(rc, err, 1, "--kv-dtype u8 needs a quantized --precision")
+    rc, _, err = run([*htp, "--format", "genie", "--kv-layout", "head_major"], capsys)
+    check_error(rc, err, 1, "--kv-layout is for qhx graphs")
     for more in (["--kv-dtype", "u8"], ["--format", "genie"]):
         rc, _, err = run(emu(path, tmp_path / "b", *more), capsys)
         check_error(rc, err, 2, more[0])

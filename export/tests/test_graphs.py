@@ -20,11 +20,19 @@ from .conftest import tiny_config, tiny_weights
 pytest.importorskip("onnxruntime")
 
 
-def build(tmp: Path, family: str, prefill: str, o: GraphOptions, ar: int = 4, ctx: int = 32) -> Loop:
+def build(
+    tmp: Path,
+    family: str,
+    prefill: str,
+    o: GraphOptions,
+    ar: int = 4,
+    ctx: int = 32,
+    kv_layout: str = "pos_major",
+) -> Loop:
     c = tiny_config(family)
     w = tiny_weights(c, 3)
     graphs = {}
-    for role, s in specs(c, "t", ar, ctx, prefill, o.quantized).items():
+    for role, s in specs(c, "t", ar, ctx, prefill, o.quantized, kv_layout=kv_layout).items():
         fn = lmhead_graph if role == "lmhead" else layer_graph
         save(fn(c, lambda n: w[n], s, o), str(tmp / f"{role}.onnx"))
         graphs[role] = cpu_graph(str(tmp / f"{role}.onnx"))
@@ -49,6 +57,34 @@ def test_graphs_match_reference(tmp_path: Path, family: str, prefill: str) -> No
     loop = build(tmp_path, family, prefill, GraphOptions(prescale=0.5))
     ids = [5, 17, 33, 2, 9, 100, 44, 7, 8, 250, 3, 61]
     n_prompt = 3 if prefill == "window" else 9  # past: chunks of 4, 4, 1
+    ref = registered()[family].forward(c, w, ids)
+    loop.run_prompt(ids[:n_prompt])
+    errs = [np.abs(loop.logits() - ref[n_prompt - 1]).max()]
+    for k in range(n_prompt, len(ids)):
+        loop.decode_step(ids[k])
+        errs.append(np.abs(loop.logits() - ref[k]).max())
+    assert max(errs) < 1e-4 * max(1.0, float(np.abs(ref).max())), errs
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("prefill", ["window", "past"])
+def test_head_major_graphs_match_reference(tmp_path: Path, family: str, prefill: str) -> None:
+    """--kv-layout head_major: every K/V tensor of the graph I/O is [n_kv, rows, Dh] (n_kv = 2,
+    so a layout mix-up would scramble heads), and the loop over them still gives the reference
+    forward's logits through a chunked prefill and decode steps."""
+    c = tiny_config(family)
+    assert c.n_kv_heads == 2
+    w = tiny_weights(c, 3)
+    loop = build(tmp_path, family, prefill, GraphOptions(), kv_layout="head_major")
+    rows = {"decode": 1, "prefill": 4}
+    for role in ("decode", "prefill"):
+        g = loop.dec if role == "decode" else loop.pre
+        assert g is not None
+        kv = {n: t.dims for n, t in {**g.inputs, **g.outputs}.items() if n.startswith(("past_", "new_"))}
+        want = {n: [2, 32 if n.startswith("past_") else rows[role], c.head_dim] for n in kv}
+        assert kv == want and len(kv) == 2 * c.n_layers * (2 if role == "decode" or prefill == "past" else 1)
+    ids = [5, 17, 33, 2, 9, 100, 44, 7, 8, 250, 3, 61]
+    n_prompt = 3 if prefill == "window" else 9
     ref = registered()[family].forward(c, w, ids)
     loop.run_prompt(ids[:n_prompt])
     errs = [np.abs(loop.logits() - ref[n_prompt - 1]).max()]

@@ -319,3 +319,56 @@ def test_estimate_only_writes_the_report_alone(
     assert sorted(p.name for p in out.iterdir()) == ["README.md", "export-report.json"]
     est = json.loads(Path(lines[-1]).read_text())["estimate"]
     assert est["decode_ms_per_token"] > 0 and list(est["verify_vs_decode"]) == ["3"]
+
+
+def _io_dims(binary: str, binf: Path) -> dict[str, list[int]]:
+    """{tensor: dims} of a context binary's graph I/O, as qhx_inspect reads them."""
+    from qhx_export.verify.run import qnn_libdir
+
+    inspect = Path(binary).parent / "qhx_inspect"
+    if not inspect.exists():
+        pytest.skip("qhx_inspect not built")
+    r = subprocess.run(
+        [str(inspect), "--json", "-", str(Path(qnn_libdir()) / "libQnnSystem.so"), str(binf)],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, LD_LIBRARY_PATH=qnn_libdir()),
+    )
+    assert r.returncode == 0, r.stderr[-500:]
+    doc, _ = json.JSONDecoder().raw_decode(r.stdout)
+    (graph,) = doc["binaries"][0]["graphs"]
+    return {t["name"]: t["dims"] for t in graph["inputs"] + graph["outputs"]}
+
+
+def test_head_major_kv(
+    tmp_path: Path, tiny_gguf: Callable[..., Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--kv-layout head_major on the HTP: the context binaries' K/V I/O is [n_kv, rows, Dh]
+    (n_kv = 2, so the layouts differ in memory), and qhx_generate runs the bundle through a chunked
+    prefill over the cache and decode steps with ids equal to the ORT loop's and to those of the
+    same model exported position-major."""
+    binary = qhx_generate()
+    path = tiny_gguf("llama", name="tiny.gguf")
+    base = [str(path), "--arch", "v79", "--prefill", "past", "--ar", "4", "--ctx", "32"]
+    mans = {}
+    for layout in ("head_major", "pos_major"):
+        rc, lines, err = export([*base, "-o", str(tmp_path / layout), "--kv-layout", layout], capsys)
+        assert rc == 0, err
+        mans[layout] = Path(lines[-1])
+    man = json.loads(mans["head_major"].read_text())
+    assert man["source"]["real"]["kv_layout"] == "head_major"
+    dh = man["params"]["head_dim"]
+    assert man["params"]["n_kv_heads"] == 2
+    for role, rows in (("decode", 1), ("prefill", 4)):
+        dims = _io_dims(binary, mans["head_major"].parent / man["artifacts"]["contexts"][role]["bin"])
+        kv = {n: d for n, d in dims.items() if n.startswith(("past_", "new_"))}
+        assert kv and kv == {n: [2, 32 if n.startswith("past_") else rows, dh] for n in kv}, kv
+    pos = json.loads(mans["pos_major"].read_text())
+    dims = _io_dims(binary, mans["pos_major"].parent / pos["artifacts"]["contexts"]["decode"]["bin"])
+    assert dims["past_k_0"] == [32, 2 * dh] and dims["new_k_0"] == [1, 2 * dh]
+    from qhx_export.verify.loop import load_bundle
+
+    ids = [5, 9, 13, 17, 21, 25, 29, 33, 37]  # prefill chunks of 4, 4, 1 over the cache
+    got = _qhx_json(binary, mans["head_major"], ids, 8)["output_ids"]
+    assert got == load_bundle(str(mans["head_major"])).generate(ids, 8)
+    assert got == _qhx_json(binary, mans["pos_major"], ids, 8)["output_ids"]

@@ -7,6 +7,7 @@ identically in qhx_generate):
 
   decode   x [H], cos/sin [Dh], cmask [C] (a 1D additive mask over the cache slots),
            past_{k,v}_i [C, K] -> y [H], new_{k,v}_i [1, K]
+           (kv_layout "head_major": every K/V tensor [n_kv, rows, Dh] instead of [rows, K])
   prefill  window: x [P, H], cos/sin [P, Dh], cmask [P, P] -> y [P, H], new_{k,v}_i [P, K]
            past:   + past_{k,v}_i [C, K], cmask [P, C + P]
   verify   as prefill "past" with K rows (speculative decoding: K-1 drafts checked per execute)
@@ -91,9 +92,10 @@ def specs(
     quantized: bool,
     verify_rows: int | None = None,
     io_f16: bool = False,
+    kv_layout: str = "pos_major",
 ) -> dict[str, dict[str, Any]]:
     """Graph I/O specs by role (decode, lmhead, prefill unless prefill == "none", verify with
-    `verify_rows`: that many rows over the decode cache)."""
+    `verify_rows`: that many rows over the decode cache); K/V tensors in `kv_layout`."""
     from qhx_export.write.emu import EmuOptions, graphs_for
 
     p = {
@@ -111,7 +113,7 @@ def specs(
         ctx=ctx,
         io="ufixed16" if quantized else ("f16" if io_f16 else "f32"),
         prefill=prefill,
-        kv_layout="pos_major",
+        kv_layout=kv_layout,
         verify_rows=verify_rows,
     )
     out = graphs_for(p, o, None)
@@ -362,6 +364,7 @@ def layer_graph(c: Config, w: WeightFn, spec: dict[str, Any], o: GraphOptions) -
     H, Dh, L, nkv = c.hidden, c.head_dim, c.n_layers, c.n_kv_heads
     R, C = spec["seq"], spec["ctx"]
     decode = spec["kind"] == "decode"
+    head_major = spec.get("kv_layout") == "head_major"  # K/V I/O [n_kv, rows, Dh], else [rows, K]
     in_names = {t["name"] for t in spec["inputs"]}
     has_past = decode or any(n.startswith("past_k_") for n in in_names)
     f16 = {t["name"] for t in spec["inputs"] + spec["outputs"] if t.get("dtype") == "f16"}
@@ -427,12 +430,13 @@ def layer_graph(c: Config, w: WeightFn, spec: dict[str, Any], o: GraphOptions) -
         m_past, m_self = masks[sfx]
         past = None
         if has_past:
-            kp = b.reshape(
-                b.transpose(b.reshape(inp(f"past_k_{i}"), [C, nkv, Dh]), [1, 2, 0]), [nkv, 1, Dh, C]
-            )
-            vp = b.reshape(
-                b.transpose(b.reshape(inp(f"past_v_{i}"), [C, nkv, Dh]), [1, 0, 2]), [nkv, 1, C, Dh]
-            )
+            pk, pv = inp(f"past_k_{i}"), inp(f"past_v_{i}")
+            if head_major:  # already by head: K^T is one transpose, V one reshape
+                kp = b.reshape(b.transpose(pk, [0, 2, 1]), [nkv, 1, Dh, C])
+                vp = b.reshape(pv, [nkv, 1, C, Dh])
+            else:
+                kp = b.reshape(b.transpose(b.reshape(pk, [C, nkv, Dh]), [1, 2, 0]), [nkv, 1, Dh, C])
+                vp = b.reshape(b.transpose(b.reshape(pv, [C, nkv, Dh]), [1, 0, 2]), [nkv, 1, C, Dh])
             past = (kp, vp, C)
 
         def mp_(s: str, m: str | None = m_past) -> str:
@@ -442,8 +446,8 @@ def layer_graph(c: Config, w: WeightFn, spec: dict[str, Any], o: GraphOptions) -
             return masked(s, m)
 
         x, k, v = decoder_layer(b, c, w, i, x, R, cos, sin, o, past, mp_, ms_)
-        for kv, t in (("k", k), ("v", v)):
-            out(f"new_{kv}_{i}", t, out_dims[f"new_{kv}_{i}"])
+        for kv, t in (("k", k), ("v", v)):  # t: [R, n_kv, Dh]
+            out(f"new_{kv}_{i}", b.transpose(t, [1, 0, 2]) if head_major else t, out_dims[f"new_{kv}_{i}"])
     layer_float = list(b.float_nodes)  # the final norm (if in-graph) stays quantized: it makes y
     if spec.get("final_norm"):
         x = b.rmsnorm(x, norm_weight(c, w, "output_norm.weight"), stream_eps(c, o), o.prescale, mixed=False)

@@ -233,13 +233,20 @@ class Loop:
     def emb_rows(self, ids: Sequence[int]) -> np.ndarray:
         return self.embed[np.asarray(ids, np.int64)].astype(np.float32)
 
+    def kv_rows(self, arr: np.ndarray, dims: list[int]) -> np.ndarray:
+        """A K/V tensor as a [rows, n_kv, Dh] view: head-major tensors ([n_kv, rows, Dh], 3 dims)
+        are transposed, position-major ones ([rows, K]) reshaped."""
+        if len(dims) == 3:
+            return arr.reshape(self.nkv, -1, self.Dh).transpose(1, 0, 2)
+        return arr.reshape(-1, self.nkv, self.Dh)
+
     def store_kv(self, outs: dict[str, np.ndarray], src: Graph, n: int, pos0: int) -> None:
         """new_k/new_v rows 0..n of a graph's outputs into decode cache rows pos0.."""
         for i in self.attn_layers():
             for kind in ("k", "v"):
                 so, di = src.outputs[f"new_{kind}_{i}"], self.dec.inputs[f"past_{kind}_{i}"]
-                rows = outs[so.name].reshape(-1, self.nkv * self.Dh)[:n]
-                dst = self.dec.feeds[di.name].reshape(-1, self.nkv * self.Dh)
+                rows = self.kv_rows(outs[so.name], so.dims)[:n]
+                dst = self.kv_rows(self.dec.feeds[di.name], di.dims)
                 if so.dtype == di.dtype and (so.scale, so.offset) == (di.scale, di.offset):
                     dst[pos0 : pos0 + n] = rows
                 else:

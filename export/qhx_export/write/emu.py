@@ -415,15 +415,7 @@ def manifest(
     if isinstance(ck, GgufCheckpoint):
         source: dict[str, Any] = {"gguf": os.path.basename(ck.path), "gguf_sha256": sha256_file(ck.path)}
     else:
-        source = {"hf": os.path.basename(os.path.abspath(ck.path))}
-        # A generated checkpoint (scripts/tiny_models.py) names its weights' checksum, which
-        # the parity goldens record: the parity run then refuses a bundle of other weights.
-        stamp = os.path.join(ck.path, "qhx_source.json")
-        if os.path.isfile(stamp):
-            with open(stamp, encoding="utf-8") as f:
-                made = json.load(f)
-            if isinstance(made, dict) and isinstance(made.get("weights_sha256"), str):
-                source["weights_sha256"] = made["weights_sha256"]
+        source = {"hf": os.path.basename(os.path.abspath(ck.path)), **generated_weights(ck.path)}
     source.update({"writer": o.writer, "weights": weights_description(ck, o, encs)})
     out: dict[str, Any] = {
         "schema_version": 1,
@@ -456,6 +448,20 @@ def manifest(
 def host_op(arch: str) -> str:
     """QHexRT's host-op name for the family (informational: qhx runs the plan it resolves)."""
     return "qwen3_generate" if arch == "qwen3" else "llama_generate"
+
+
+def generated_weights(path: str) -> dict[str, str]:
+    """{"weights_sha256": ...} of a generated HF checkpoint (scripts/tiny_models.py writes it in
+    qhx_source.json), else {}. The parity goldens record the checksum, so a parity run refuses a
+    bundle made from other weights."""
+    stamp = os.path.join(path, "qhx_source.json")
+    if not os.path.isfile(stamp):
+        return {}
+    with open(stamp, encoding="utf-8") as f:
+        made = json.load(f)
+    if isinstance(made, dict) and isinstance(made.get("weights_sha256"), str):
+        return {"weights_sha256": made["weights_sha256"]}
+    return {}
 
 
 def layers_section(c: Config, ctx: int | None = None) -> dict[str, Any] | None:

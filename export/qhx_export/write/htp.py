@@ -31,7 +31,7 @@ from qhx_export.graphs import GraphOptions, layer_graph, lmhead_graph, save, spe
 from qhx_export.quant.lpbq import BLOCK as LPBQ_BLOCK
 from qhx_export.read.base import Checkpoint
 from qhx_export.write import lfm2_layout
-from qhx_export.write.emu import layers_section
+from qhx_export.write.emu import generated_weights, layers_section
 from qhx_export.write.files import atomic_open
 
 Log = Callable[[str], None]
@@ -50,6 +50,7 @@ class HtpOptions:
     ar: int = 64
     prefill: str = "window"
     kv_dtype: str = "f16"
+    kv_layout: str = "pos_major"  # K/V graph I/O: pos_major [rows, K] | head_major [n_kv, rows, Dh]
     calib: str | None = None
     calib_steps: int = 512  # decode / verify / lm-head calibration executes, spread over the sequences
     cache_dir: str | None = None  # the stage cache (qhx_export.cache); None: no cache
@@ -117,9 +118,11 @@ def build_graphs(
     """Float ONNX graphs by role. Besides the bundle's roles, `est_verify_<k>` graphs (k rows over
     the cache) for the estimate table of --estimate-verify."""
     c = ck.config
-    sp = specs(c, o.name, o.ar, o.ctx, o.prefill, gopts.quantized, o.verify_rows, gopts.io_f16)
+    sp = specs(c, o.name, o.ar, o.ctx, o.prefill, gopts.quantized, o.verify_rows, gopts.io_f16, o.kv_layout)
     for k in extra_verify_rows(o):
-        sp[f"est_verify_{k}"] = specs(c, o.name, o.ar, o.ctx, "none", gopts.quantized, k)["verify"]
+        sp[f"est_verify_{k}"] = specs(
+            c, o.name, o.ar, o.ctx, "none", gopts.quantized, k, kv_layout=o.kv_layout
+        )["verify"]
     out, cached = {}, 0
     for role in ("prefill", "verify", "decode", "lmhead", *(r for r in sp if r.startswith("est_"))):
         if role not in sp:
@@ -344,7 +347,7 @@ def manifest(
             "gguf_sha256": o.report["source"]["sha256"],
         }
     else:
-        source = {"hf": os.path.basename(os.path.abspath(ck.path))}
+        source = {"hf": os.path.basename(os.path.abspath(ck.path)), **generated_weights(ck.path)}
     source.update({"writer": f"qhx-export {__version__}", "family": ck.family.name, "real": real})
     out: dict[str, Any] = {
         "schema_version": 1,
@@ -411,6 +414,7 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
                 "ar": o.ar,
                 "prefill": o.prefill,
                 "kv_dtype": o.kv_dtype,
+                "kv_layout": o.kv_layout,
                 "arches": o.arches,
                 "calib": o.calib or "built-in",
                 "calib_steps": o.calib_steps,
@@ -524,7 +528,7 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
             "backend": f"QNN HTP (onnxruntime-qnn, QAIRT {qc.qnn_version()})",
             "precision": o.precision,
             "prefill": o.prefill,
-            "kv_layout": "pos_major",
+            "kv_layout": o.kv_layout,
             "qnn_options": {m: qc.qnn_options(arch, soc, m) for m in sorted(modes)},
             "graphs": {},
         }
@@ -561,6 +565,8 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
             os.makedirs(os.path.join(out, "onnx"), exist_ok=True)
             for role, g in bundle_roles.items():
                 shutil.copyfile(g.path, os.path.join(out, "onnx", f"{role}.onnx"))
+                if g.path != graphs[role].path:  # quantized: also the float graph it was made from
+                    shutil.copyfile(graphs[role].path, os.path.join(out, "onnx", f"{role}.float.onnx"))
         man = manifest(ck, o, arch, refs, real, files)
         mpath = os.path.join(out, f"{o.name}.json")
         if lay is not None:  # the runner's form has no `source`: the report keeps how it was made
