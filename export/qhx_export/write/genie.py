@@ -205,8 +205,8 @@ def _calib_feeds(
     ck: Checkpoint, graphs: list[GenieGraph], target: GenieGraph, seqs: list[list[int]], steps: int
 ) -> Iterator[Feeds]:
     """Feeds of every execute of `target` while the float graphs (ORT's CPU EP) read `seqs`: each
-    sequence's first half as the prompt (AR-row chunks), then up to `steps` decode steps in all,
-    spread over the sequences and teacher-forced on the sequence's own ids."""
+    sequence's first half as the prompt (in two or more chunks of at most AR rows), then up to
+    `steps` decode steps in all, spread over the sequences and teacher-forced on their own ids."""
     import onnxruntime as ort
 
     from qhx_export.verify.genie_loop import GenieLoop, Split
@@ -237,8 +237,11 @@ def _calib_feeds(
         rec.record = []
         n0 = max(1, len(ids) // 2) if AR > 1 else 1
         n0 = min(n0, loop.CL - AR)
-        for i in range(0, n0, AR):
-            loop.step(ids[i : min(i + AR, n0)])
+        # at least two prompt chunks, so the prompt graph also calibrates reading a filled cache
+        # (a chunk from an empty cache alone leaves its scores against the cache no range)
+        chunk = min(AR, max(2, (n0 + 1) // 2))  # one id would run the AR-1 graph
+        for i in range(0, n0, chunk):
+            loop.step(ids[i : min(i + chunk, n0)])
             yield from rec.record
             rec.record.clear()
         for t in ids[n0 : n0 + per_seq]:
