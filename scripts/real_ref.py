@@ -87,7 +87,9 @@ class Graph:
                        for i in sess.get_inputs()}
         self.outputs = {o.name: Io(o.name, o.shape, ONNX_TYPES[o.type], *quant.get(o.name, (1.0, 0)))
                         for o in sess.get_outputs()}
-        self.feeds = {n: np.zeros(t.dims, t.np) for n, t in self.inputs.items()}
+        # real 0 (a fixed-point tensor's zero point): what qhx_generate holds in unwritten cache
+        # slots (the HTP's softmax leaves masked slots a trace of weight, so raw 0 would show)
+        self.feeds = {n: t.encode(np.zeros(t.dims, np.float32)) for n, t in self.inputs.items()}
         self.record = None  # list: every execute's feeds (real values) are appended
 
     def set(self, name, real):

@@ -102,6 +102,11 @@ class Io:
             np.float32
         )
 
+    def zero(self) -> np.ndarray:
+        """Real 0 (a fixed-point tensor's zero point, not raw 0): what an unwritten cache slot
+        holds, as in qhx_generate (the HTP's softmax leaves masked slots a trace of weight)."""
+        return self.encode(np.zeros(self.dims, np.float32)).reshape(self.dims)
+
     def neg(self) -> float:
         """The additive 'hidden' mask value: -inf for float, the range minimum for fixed point."""
         if self.dtype in ("f32", "f16"):
@@ -120,7 +125,7 @@ class Graph:
             o.name: Io(o.name, o.shape, ONNX_TYPES[o.type], *quant.get(o.name, (1.0, 0)))
             for o in sess.get_outputs()
         }
-        self.feeds = {n: np.zeros(t.dims, t.np) for n, t in self.inputs.items()}
+        self.feeds = {n: t.zero() for n, t in self.inputs.items()}
         self.record: list[dict[str, np.ndarray]] | None = None  # every execute's feeds (real values)
 
     def set(self, name: str, real: np.ndarray) -> None:
@@ -173,10 +178,10 @@ class Loop:
         self.reset()
 
     def reset(self) -> None:
-        """An empty cache (every input zero), position 0."""
+        """An empty cache (every input real 0), position 0."""
         for g in self.graphs.values():
-            for n in g.feeds:
-                g.feeds[n][...] = 0
+            for n, t in g.inputs.items():
+                g.feeds[n] = t.zero()
         self.pos = 0
         self.dmask = np.full(self.C, self.neg(self.dec.inputs["cmask"]), np.float32)
         self.dec.set("cmask", self.dmask)
