@@ -156,9 +156,67 @@ pub fn copy_rows(
     });
 }
 
+/// Set positions `row0..row0+n` of `dst` to real 0: for fixed point the code `-offset`
+/// (QNN: real = (q + offset) * scale), the value of a slot nothing has written yet. The
+/// graphs mask such slots, but a quantized softmax can still give them a few codes of
+/// weight, so what the values hold there leaks into the output: real 0 adds nothing.
+/// (libGenie.so fills uint8 K/V with 128, which is this value for the symmetric encodings
+/// (offset -128) Qualcomm's tools give K/V.)
+pub fn clear_rows(dst: &mut TypedMut<'_>, ds: &KvShape, row0: usize, n: usize) {
+    let n = n.min(ds.rows.saturating_sub(row0));
+    for_each_run((ds, row0), (ds, row0), n, |_, at, len| {
+        dst.fill(at, len, 0.0)
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Never-written slots hold real 0: for QNN fixed point (real = (q + offset) * scale)
+    /// the code -offset, here 134 and 122 as in a w8a16 Genie bundle's uint8 K/V (not the
+    /// raw 0 of a fresh buffer, which is real -134 * scale: with raw-0 V slots the x86 HTP
+    /// backend gave other logits than scripts/genie_ref.py, whose slots hold real 0, on the
+    /// same binaries, and another greedy id than libGenie.so). Other slots stay as they were.
+    #[test]
+    fn clears_slots_to_the_zero_point() {
+        use crate::ops::convert::Quant;
+        let shape = |layout| KvShape {
+            layout,
+            rows: 4,
+            n_kv: 1,
+            head_dim: 2,
+        };
+        // Keys [n_kv, head_dim, rows]: slots 1..3 of both dims.
+        let mut k = vec![7u8; 8];
+        let q = Quant {
+            scale: 0.031_748_787,
+            offset: -134,
+        };
+        clear_rows(
+            &mut TypedMut::U8(&mut k, q),
+            &shape(KvLayout::DimMajor),
+            1,
+            2,
+        );
+        assert_eq!(k, vec![7, 134, 134, 7, 7, 134, 134, 7]);
+        // Values [n_kv, rows, head_dim], uint16; a range past the end is clamped.
+        let mut v = vec![9u16; 8];
+        let q = Quant {
+            scale: 0.034_488_235,
+            offset: -122,
+        };
+        clear_rows(
+            &mut TypedMut::U16(&mut v, q),
+            &shape(KvLayout::HeadMajor),
+            3,
+            5,
+        );
+        assert_eq!(v, vec![9, 9, 9, 9, 9, 9, 122, 122]);
+        let mut f = vec![1.5f32; 8];
+        clear_rows(&mut TypedMut::F32(&mut f), &shape(KvLayout::PosMajor), 0, 1);
+        assert_eq!(f, vec![0.0, 0.0, 1.5, 1.5, 1.5, 1.5, 1.5, 1.5]);
+    }
 
     #[test]
     fn infers_layouts() {

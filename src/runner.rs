@@ -7,7 +7,7 @@
 
 use crate::engine::StepProfile;
 use crate::error::{Error, Result};
-use crate::kv::copy_rows;
+use crate::kv::{clear_rows, copy_rows};
 use crate::ops::convert::Typed;
 use crate::ops::{mask, rope::RopeTable};
 use crate::plan::{KvTensor, MaskSpec, Pad, Plan, Sink, Source};
@@ -167,6 +167,12 @@ impl Runner {
         for s in 0..self.persist.len() {
             self.set_persistent(s, 0, usize::MAX, false)?;
         }
+        // Every cache slot holds real 0 until written (see kv::clear_rows).
+        for s in 0..self.plan.steps.len() {
+            if self.plan.home(s) == Some(s) {
+                self.clear_cache(s, 0, usize::MAX);
+            }
+        }
         // Recurrent states start from zeros (a prompt run through decode alone reads them).
         let dec = self.plan.steps.len() - 1;
         for st in &self.plan.decode().states {
@@ -201,6 +207,7 @@ impl Runner {
             ));
         }
         let n = self.pos - pos;
+        self.clear_cache(self.home, pos, self.pos);
         self.set_home_masks(pos, n, false)?;
         self.slide_windows(None, self.pos, pos)?;
         self.pos = pos;
@@ -660,9 +667,27 @@ impl Runner {
                 }
             }
         }
+        // Slots past the copied ones may hold what `b` cached before (an earlier turn).
+        self.clear_cache(b, pos, usize::MAX);
         self.set_persistent(b, 0, pos, true)?;
         self.set_persistent(b, pos, usize::MAX, false)?;
         self.slide_windows(Some(b), 0, pos)
+    }
+
+    /// Set cache slots `from..to` (clamped to the cache) of step `s`'s past K/V inputs to
+    /// real 0 ([`clear_rows`]). `s` must own its past inputs (a cache home).
+    fn clear_cache(&mut self, s: usize, from: usize, to: usize) {
+        let plan = Arc::clone(&self.plan);
+        for l in &plan.steps[s].layers {
+            for t in [l.past_key, l.past_value].into_iter().flatten() {
+                let b = self.index[s][t.at.0];
+                let mut dst = self.bind.get_mut(b).input_mut(t.at.1);
+                let end = to.min(t.shape.rows);
+                if end > from {
+                    clear_rows(&mut dst, &t.shape, from, end - from);
+                }
+            }
+        }
     }
 
     /// After the cursor moved from `from` to `to`: close the slots that slid out of each
