@@ -82,6 +82,17 @@ class Config:
     def kv_rows(self) -> int:
         return self.n_kv_heads * self.head_dim
 
+    def shape_params(self) -> dict[str, int]:
+        """The shape keys every manifest's `params` (and Genie's source record) starts with."""
+        return {
+            "hidden": self.hidden,
+            "vocab": self.vocab,
+            "n_layers": self.n_layers,
+            "n_heads": self.n_heads,
+            "n_kv_heads": self.n_kv_heads,
+            "head_dim": self.head_dim,
+        }
+
 
 # -------------------------------------------------------------------------------------------------
 # registry

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from qhx_export.verify.loop import ONNX_TYPES, Io, host_inv_freq
+from qhx_export.verify.loop import ONNX_TYPES, Io, host_inv_freq, io_of
 
 MASK_NEG = -1000.0
 
@@ -54,16 +54,9 @@ class Split:
     """One graph (an ORT session) of a variant; real values in and out."""
 
     def __init__(self, sess: Any, quant: dict[str, tuple[float, int]] | None = None) -> None:
-        q = quant or {}
         self.sess = sess
-        self.inputs = {
-            i.name: Tensor(i.name, i.shape, TYPES[i.type], *q.get(i.name, (1.0, 0)))
-            for i in sess.get_inputs()
-        }
-        self.outputs = {
-            o.name: Tensor(o.name, o.shape, TYPES[o.type], *q.get(o.name, (1.0, 0)))
-            for o in sess.get_outputs()
-        }
+        self.inputs = io_of(sess.get_inputs(), TYPES, quant or {}, Tensor)
+        self.outputs = io_of(sess.get_outputs(), TYPES, quant or {}, Tensor)
         self.record: list[dict[str, np.ndarray]] | None = None  # every execute's feeds (calibration)
 
     def run(self, real_feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

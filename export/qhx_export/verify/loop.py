@@ -114,17 +114,18 @@ class Io:
         return float(self.decode(np.zeros(1, self.np))[0])
 
 
+def io_of(
+    args: Sequence[Any], types: dict[str, str], quant: dict[str, tuple[float, int]], cls: type[Io] = Io
+) -> dict[str, Io]:
+    """{name: tensor} of an ORT session's inputs or outputs, with their fixed-point parameters."""
+    return {a.name: cls(a.name, a.shape, types[a.type], *quant.get(a.name, (1.0, 0))) for a in args}
+
+
 class Graph:
     def __init__(self, sess: Any, quant: dict[str, tuple[float, int]]) -> None:
         self.sess = sess
-        self.inputs = {
-            i.name: Io(i.name, i.shape, ONNX_TYPES[i.type], *quant.get(i.name, (1.0, 0)))
-            for i in sess.get_inputs()
-        }
-        self.outputs = {
-            o.name: Io(o.name, o.shape, ONNX_TYPES[o.type], *quant.get(o.name, (1.0, 0)))
-            for o in sess.get_outputs()
-        }
+        self.inputs = io_of(sess.get_inputs(), ONNX_TYPES, quant)
+        self.outputs = io_of(sess.get_outputs(), ONNX_TYPES, quant)
         self.feeds = {n: t.zero() for n, t in self.inputs.items()}
         self.record: list[dict[str, np.ndarray]] | None = None  # every execute's feeds (real values)
 

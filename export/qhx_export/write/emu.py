@@ -399,12 +399,7 @@ def manifest(
 
     c = ck.config
     params: dict[str, Any] = {
-        "hidden": c.hidden,
-        "vocab": c.vocab,
-        "n_layers": c.n_layers,
-        "n_heads": c.n_heads,
-        "n_kv_heads": c.n_kv_heads,
-        "head_dim": c.head_dim,
+        **c.shape_params(),
         "max_ctx": o.ctx,
         "rope_theta": c.rope_theta,
         "bos_token_id": ck.bos_token_id(),

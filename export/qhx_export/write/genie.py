@@ -381,14 +381,7 @@ def write_genie(
         "ctx": o.ctx,
         "splits": o.genie_splits,
         "qnn_options": {m: qc.qnn_options(arch, soc, m) for m in sorted({g.mode for g in graphs})},
-        "params": {
-            "hidden": c.hidden,
-            "vocab": c.vocab,
-            "n_layers": c.n_layers,
-            "n_heads": c.n_heads,
-            "n_kv_heads": c.n_kv_heads,
-            "head_dim": c.head_dim,
-        },
+        "params": c.shape_params(),
         "rope": {"theta": c.rope_theta, "scaling": c.rope_scaling},
         "graphs": entries,
     }
