@@ -232,7 +232,7 @@ def quantize(
     }
     save_tensors_data(TensorsData(CalibrationMethod.MinMax, data), cache)
     try:
-        with _fast_rewiring():
+        with _fast_rewiring(), _quiet_root_logger():
             quantize_static(
                 src,
                 dst,
@@ -254,6 +254,22 @@ def quantize(
         from qhx_export.quant import lpbq
 
         lpbq.apply(src, dst, WEIGHTS_KEY)
+
+
+@contextlib.contextmanager
+def _quiet_root_logger() -> Iterator[None]:
+    """onnxruntime's quantizer logs "Please consider to run pre-processing" through the root
+    logger at every call (its shape inference is not what we need: the graphs carry shapes);
+    our own progress lines stay the only ones on stderr."""
+    import logging
+
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
 
 
 @contextlib.contextmanager
