@@ -149,16 +149,15 @@ class StageCache:
         self.used.add(final)
         self._count(stage, False)
 
-    def entry(self, stage: str, key: str, build: Callable[[str], None]) -> str:
-        """The entry's directory: found, or made by `build(dir)`. Paths inside an entry keep
-        their names, so a graph's external data file still sits next to it."""
+    def entry(self, stage: str, key: str, build: Callable[[str], None]) -> tuple[str, bool]:
+        """(the entry's directory, whether it was found): found, or made by `build(dir)`. Paths
+        inside an entry keep their names, so a graph's external data file still sits next to it."""
         found = self.lookup(stage, key)
         if found is not None:
-            return found
-        final = os.path.join(self._base(), stage, key)
+            return found, True
         with self.make(stage, key) as tmp:
             build(tmp)
-        return final
+        return os.path.join(self._base(), stage, key), False
 
     def summary(self) -> dict[str, Any]:
         return {"dir": self.root, "stages": self.stats} if self.enabled else {"dir": None}

@@ -34,9 +34,14 @@ def test_entry_is_built_once_then_found(tmp_path: Path) -> None:
         Path(d, "x.bin").write_bytes(b"abc")
 
     c = cache_at(tmp_path / "c", tmp_path)
-    d1 = c.entry("graph", "k1", build)
-    d2 = cache_at(tmp_path / "c", tmp_path).entry("graph", "k1", build)  # a later run
-    assert d1 == d2 and len(built) == 1 and Path(d2, "x.bin").read_bytes() == b"abc"
+    d1, hit1 = c.entry("graph", "k1", build)
+    d2, hit2 = cache_at(tmp_path / "c", tmp_path).entry("graph", "k1", build)  # a later run
+    assert (
+        d1 == d2
+        and (hit1, hit2) == (False, True)
+        and len(built) == 1
+        and Path(d2, "x.bin").read_bytes() == b"abc"
+    )
     assert c.stats == {"graph": {"hit": 0, "miss": 1}}
 
 
@@ -64,7 +69,7 @@ def test_prune_removes_least_recently_used_but_not_this_runs(tmp_path: Path) -> 
     root = tmp_path / "c"
     old = cache_at(root, tmp_path)
     for i, k in enumerate(("a", "b", "c")):
-        d = old.entry("compile", k, lambda d: Path(d, "bin").write_bytes(b"\0" * 1000))
+        d, _ = old.entry("compile", k, lambda d: Path(d, "bin").write_bytes(b"\0" * 1000))
         os.utime(d, (1000.0 + i, 1000.0 + i))  # a oldest
     stale = root / "compile" / "d.partial-999999"
     stale.mkdir()

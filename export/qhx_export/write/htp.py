@@ -136,9 +136,8 @@ def build_graphs(
             m = fn(c, ck.float32, sp[role], gopts)
             save(m, os.path.join(d, "graph.onnx"))
 
-        hit = cache.lookup("graph", key)
-        d = hit or cache.entry("graph", key, build)
-        cached += hit is not None
+        d, hit = cache.entry("graph", key, build)
+        cached += hit
         out[role] = Graph(os.path.join(d, "graph.onnx"), "fp16", {}, key)
         tick()
     if cached:
@@ -264,8 +263,7 @@ def quantize_graphs(
             with open(os.path.join(d, "ranges.json"), "w") as f:
                 json.dump(r, f)
 
-        hit = cache.lookup("calibrate", calib_keys[role])
-        d = hit or cache.entry("calibrate", calib_keys[role], run)
+        d, hit = cache.entry("calibrate", calib_keys[role], run)
         with open(os.path.join(d, "ranges.json")) as f:
             ranges[role] = {k: (float(v[0]), float(v[1])) for k, v in json.load(f).items()}
         log(f"calibrated {role} ({'cached' if hit else f'{time.monotonic() - t0:.1f}s'})")
@@ -290,8 +288,7 @@ def quantize_graphs(
             with open(os.path.join(d, "io.json"), "w") as f:
                 json.dump(fixed_point_io(dst), f)
 
-        hit = cache.lookup("quantize", key)
-        d = hit or cache.entry("quantize", key, run)
+        d, hit = cache.entry("quantize", key, run)
         with open(os.path.join(d, "io.json")) as f:
             quant = {k: (float(v[0]), int(v[1])) for k, v in json.load(f).items()}
         fp16_inside = (mixed or bool(o.fp16_weights)) and role != "lmhead"
@@ -595,13 +592,12 @@ def compile_cached(
     if not cache.enabled:
         return qc.compile_graph(g.path, out, stem, options)
     key = key_of("compile", {"graph": g.key, "stem": stem, "options": options, "qairt": qc.qnn_version()})
-    hit = cache.lookup("compile", key)
     secs: list[float] = []
 
     def run(d: str) -> None:
         secs.append(qc.compile_graph(g.path, d, stem, options)[2])
 
-    d = hit or cache.entry("compile", key, run)
+    d, _ = cache.entry("compile", key, run)
     wrapper, binf = f"{stem}.onnx", f"{stem}_qnn.bin"
     for f in (wrapper, binf):
         shutil.copyfile(os.path.join(d, f), os.path.join(out, f))
