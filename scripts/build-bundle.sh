@@ -14,7 +14,7 @@ if [[ -f "$man" && "$man" -nt "$gguf" && -z "$(find export/qhx_export -name '*.p
     echo "build-bundle: $out is up to date" >&2
 else
     echo "build-bundle: writing $out" >&2
-    PYTHONPATH="$PWD/export" "$cache/venv/bin/python" -m qhx_export "$gguf" --target emu -o "$out" \
+    PYTHONPATH="$PWD/export" "$cache/venv/bin/python" -m qhx_export "$gguf" --target emu -o "$out" --force \
         --name smollm2 --model-name smollm2-135m-instruct --verify-rows 8 >&2
 fi
 echo "$out"

@@ -51,7 +51,7 @@ for prefill in window past none; do
       if [[ $build_smol == 1 ]] && [[ ! -f $d/smollm2.json || -n "$(find export/qhx_export -name '*.py' -newer "$d/smollm2.json" | head -n 1)" || $out/smollm2.calib.json -nt $d/smollm2.json ]]; then
           echo "build-matrix: $d" >&2
           # The exporter package (export/) writes the SmolLM2 bundles.
-          args=("$gguf" --target emu -o "$d" --name smollm2 --prefill "$prefill" --kv-layout "$layout" --io "$io"
+          args=("$gguf" --target emu -o "$d" --force --name smollm2 --prefill "$prefill" --kv-layout "$layout" --io "$io"
                 --embed-dtype "$emb" --ar 64 --ctx 512 "${extra[@]}")
           [[ $io == ufixed16 ]] && args+=("$out/smollm2.calib.json")
           PYTHONPATH="$PWD/export" "$py" -m qhx_export "${args[@]}" >&2
@@ -62,7 +62,7 @@ for prefill in window past none; do
             $out/qwen2.calib.json -nt $d/tiny_qwen2.json ]]; then
           echo "build-matrix: $d" >&2
           # The tiny Qwen2 HF directory build-parity.sh wrote, through the same exporter.
-          args=("$par/hf/qwen2" --target emu -o "$d" --name tiny_qwen2 --prefill "$prefill" --kv-layout "$layout"
+          args=("$par/hf/qwen2" --target emu -o "$d" --force --name tiny_qwen2 --prefill "$prefill" --kv-layout "$layout"
                 --io "$io" --embed-dtype "$emb" --ar 64 --ctx 512 "${extra[@]}")
           [[ $io == ufixed16 ]] && args+=("$out/qwen2.calib.json")
           PYTHONPATH="$PWD/export" "$py" -m qhx_export "${args[@]}" >&2

@@ -26,7 +26,7 @@ for io in f32 f16; do
     d="$out/smollm2-$io"
     export_ok "$d/smollm2.json" && [[ "$d/smollm2.json" -nt "$gguf" ]] && continue
     echo "build-parity: $d" >&2
-    PYTHONPATH="$PWD/export" "$py" -m qhx_export "$gguf" --target emu -o "$d" --name smollm2 --io "$io" \
+    PYTHONPATH="$PWD/export" "$py" -m qhx_export "$gguf" --target emu -o "$d" --force --name smollm2 --io "$io" \
         --embed-dtype "$io" --ctx 512 >&2
 done
 
@@ -69,7 +69,7 @@ for fam in qwen2 llama3 qwen3 lfm2 gemma3w; do
         case $v in past-*) pre=(--ar 4 --prefill past) ;; none-*) pre=(--prefill none) ;; esac
         export_ok "$d/tiny_$fam.json" && [[ "$d/tiny_$fam.json" -nt "$hf/qhx_source.json" ]] && continue
         echo "build-parity: $d" >&2
-        PYTHONPATH="$PWD/export" "$py" -m qhx_export "$hf" --target emu -o "$d" --name "tiny_$fam" --io "$io" \
+        PYTHONPATH="$PWD/export" "$py" -m qhx_export "$hf" --target emu -o "$d" --force --name "tiny_$fam" --io "$io" \
             --embed-dtype "$io" --ctx 512 "${pre[@]}" >&2
     done
 done
@@ -79,7 +79,7 @@ for io in f32 f16; do
     d="$out/gemma3-$io"
     export_ok "$d/gemma3.json" && [[ "$d/gemma3.json" -nt "$g3gguf" ]] && continue
     echo "build-parity: $d" >&2
-    PYTHONPATH="$PWD/export" "$py" -m qhx_export "$g3gguf" --target emu -o "$d" --name gemma3 --io "$io" \
+    PYTHONPATH="$PWD/export" "$py" -m qhx_export "$g3gguf" --target emu -o "$d" --force --name gemma3 --io "$io" \
         --embed-dtype "$io" --ctx 512 >&2
 done
 echo "$out"

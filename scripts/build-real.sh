@@ -81,7 +81,7 @@ build() {
     echo "build-real: $d" >&2
     local t0=$SECONDS
     # the exporter stages DIR.partial and replaces DIR whole, so nothing stale survives
-    PYTHONPATH="$PWD/export" "$py" -m qhx_export "$input" --target htp -o "$d" --arch v79 --keep-onnx "$@" >&2
+    PYTHONPATH="$PWD/export" "$py" -m qhx_export "$input" --target htp -o "$d" --force --arch v79 --keep-onnx "$@" >&2
     printf '%s' "$key" >"$d/.inputs-sha256"
     echo "build-real: $d built in $((SECONDS - t0))s" >&2
 }

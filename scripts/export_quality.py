@@ -76,7 +76,7 @@ def export(
     if reuse and os.path.isfile(man):
         log(f"{precision}: reusing {out}")
         return man
-    cmd = [sys.executable, "-m", "qhx_export", gguf, "-o", out, "--name", name]
+    cmd = [sys.executable, "-m", "qhx_export", gguf, "-o", out, "--force", "--name", name]
     cmd += ["--precision", precision, "--arch", "v79", "--ctx", "512", "--ar", "64"]
     cmd += ["--keep-onnx", *(["--estimate"] if estimate else []), *extra]
     log(f"{precision}: qhx-export {' '.join(cmd[4:])}")

@@ -150,7 +150,7 @@ def main() -> int:
             ):
                 out.write(src.read())  # the checkpoint's current tokenizer
         else:
-            rc, wall, rss, last = run_measured([py, "-m", "qhx_export", ck, "-o", dst, *opts])
+            rc, wall, rss, last = run_measured([py, "-m", "qhx_export", ck, "-o", dst, "--force", *opts])
         row: dict[str, Any] = {"options": opts, "exit": rc, "export_s": round(wall, 1), "peak_rss_bytes": rss}
         if rc == 0:
             with open(os.path.join(dst, "export-report.json"), encoding="utf-8") as f:

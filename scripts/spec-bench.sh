@@ -19,7 +19,7 @@ if [[ ! -f $est/export-report.json ]]; then
     echo "spec-bench: Hextimate of SmolLM2's 8-row and decode graphs (qhx-export --estimate)" >&2
     mkdir -p target/spec-bench
     scripts/qhx-export.sh "$gguf" --target htp --precision fp16 --prefill past --ar 8 --ctx 512 \
-        --estimate -o "$est" >&2
+        --estimate -o "$est" --force >&2
 fi
 python3 scripts/spec_bench.py --generate target/release/qhx_generate --lib target/release/libqnn_emu.so \
     --manifest "$bundle/smollm2.json" --tasks scripts/spec-tasks.json \

@@ -10,6 +10,8 @@ option); 2 a documented option that is not implemented yet; 3 an internal error 
 with QHX_EXPORT_DEBUG=1 for the traceback); 4 --verify measured agreement below the threshold
 (the bundle is kept); 130 interrupted. The bundle is written to
 `DIR.partial` and renamed to DIR at the end, so a failed run leaves no half-written bundle.
+DIR must be new or empty; a previous bundle of qhx-export (its .qhx-export.json lists what it
+wrote) is replaced with --force only; a directory holding anything else is never touched.
 Progress goes to stderr; stdout's last line is the written manifest's path.
 """
 
@@ -51,7 +53,20 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("input", help="a .gguf file or a Hugging Face model directory")
-    ap.add_argument("-o", "--out", required=True, metavar="DIR", help="output bundle directory")
+    ap.add_argument(
+        "-o",
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="output bundle directory: new, empty, or (with --force) a previous bundle of qhx-export; "
+        "a directory holding anything else is refused untouched",
+    )
+    ap.add_argument(
+        "--force",
+        action="store_true",
+        help="replace DIR when it holds a previous qhx-export bundle (only the files that bundle's "
+        ".qhx-export.json lists; a bundle with other files added is still refused)",
+    )
     ap.add_argument(
         "--target",
         choices=("htp", "emu"),
@@ -270,6 +285,9 @@ def _check_args(a: argparse.Namespace) -> None:
         raise ExportError(f"--genie-splits {a.genie_splits} needs --format genie or both")
     if a.genie_splits < 1:
         raise ExportError(f"--genie-splits {a.genie_splits}: must be positive")
+    from qhx_export.write.files import check_out
+
+    check_out(os.path.normpath(a.out), a.force)  # refused before any work, checked again at the end
 
 
 def run(argv: Sequence[str] | None) -> list[str]:
@@ -347,7 +365,7 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
     from qhx_export.compile.htp import stdout_to_stderr
 
     failed = []
-    with stdout_to_stderr(), staged_dir(a.out) as tmp:
+    with stdout_to_stderr(), staged_dir(a.out, a.force) as tmp:
         paths = write_bundle(ck, tmp, o, log, _progress())
         if a.verify:
             from qhx_export.verify.run import table, verify
@@ -413,7 +431,7 @@ def _export_emu(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
     arches = list(ARCHES) if a.arch == "all" else [a.arch or "v81"]
     name = a.name or _name(ck.default_name())
     manifests = []
-    with staged_dir(a.out) as tmp:
+    with staged_dir(a.out, a.force) as tmp:
         for arch in arches:
             out = os.path.join(tmp, arch) if a.arch == "all" else tmp
             os.makedirs(out, exist_ok=True)

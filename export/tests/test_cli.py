@@ -1,5 +1,6 @@
-"""Bad input: one line on stderr naming the file / tensor / option, a non-zero exit, no
-traceback, and nothing left behind (no DIR, no DIR.partial)."""
+"""The exporter's bad-input catalogue (output-directory cases: test_out_dir.py): one line on
+stderr naming the file / tensor / option, a non-zero exit, no traceback, and nothing left
+behind (no DIR, no DIR.partial)."""
 
 from __future__ import annotations
 
@@ -43,9 +44,12 @@ def test_ok_and_stdout_last_line(
     rc, out, _ = run(emu(tiny_gguf(), tmp_path / "b"), capsys)
     assert rc == 0 and out.splitlines()[-1] == str(tmp_path / "b" / "tiny-test.json")
     assert not (tmp_path / "b.partial").exists()
-    # a rerun replaces the bundle
-    rc, out, _ = run(emu(tiny_gguf(), tmp_path / "b", "--name", "x"), capsys)
-    assert rc == 0 and sorted(p.name for p in (tmp_path / "b").iterdir())[0] == "tokenizer.json"
+    # a rerun replaces the bundle with --force (tests/test_out_dir.py: without it, refused)
+    rc, out, _ = run(emu(tiny_gguf(), tmp_path / "b", "--name", "x", "--force"), capsys)
+    assert rc == 0 and sorted(p.name for p in (tmp_path / "b").iterdir())[:2] == [
+        ".qhx-export.json",
+        "tokenizer.json",
+    ]
 
 
 def test_not_a_gguf(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -67,7 +71,35 @@ def test_truncated_gguf(
     rc, _, err = run(emu(cut, tmp_path / "b"), capsys)
     check_error(rc, err, 1, str(cut))
     assert "truncated" in err
+    for numpy_words in ("dtype", "divisor", "reshape", "out of bounds", "Error:"):
+        assert numpy_words not in err, err
     assert not (tmp_path / "b").exists() and not (tmp_path / "b.partial").exists()
+
+
+def test_truncated_gguf_names_what_is_cut(
+    tmp_path: Path, tiny_gguf: Callable[..., Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A cut inside a tensor names the tensor, its byte range and the whole file's size; a cut
+    inside the header names the metadata key it falls in (gguf's reader itself fails with
+    numpy's "When changing to a larger dtype ..." or "cannot reshape" there)."""
+    import gguf as gguf_py
+
+    src = tiny_gguf()
+    data = src.read_bytes()
+    r = gguf_py.GGUFReader(str(src))
+    last = max(r.tensors, key=lambda t: int(t.data_offset))
+    first_key = next(k for k in r.fields if not k.startswith("GGUF."))
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[: int(last.data_offset) + 3])
+    rc, _, err = run(emu(cut, tmp_path / "b"), capsys)
+    check_error(
+        rc, err, 1, str(cut), f"truncated at {int(last.data_offset) + 3} bytes", f"tensor {last.name} ("
+    )
+    check_error(rc, err, 1, f"the whole file is {len(data)} bytes")
+    cut.write_bytes(data[:40])
+    rc, _, err = run(emu(cut, tmp_path / "b"), capsys)
+    check_error(rc, err, 1, "truncated at 40 bytes, inside metadata")
+    assert first_key in err or "metadata key 1 of" in err
 
 
 def test_missing_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,9 +55,15 @@ class GgufCheckpoint(Checkpoint):
         try:
             reader = gguf.GGUFReader(path, "r")
         except Exception as e:  # ValueError / struct.error / IndexError on bad or cut files
-            raise ExportError(
-                f"{path}: not a readable GGUF file, truncated or corrupt ({type(e).__name__}: {e})"
-            ) from e
+            from qhx_export.read.gguf_cut import diagnose
+
+            try:  # numpy's words at the point the reader stopped say nothing to a user
+                why = diagnose(path)
+            except (OSError, ValueError, struct.error):
+                why = None
+            if why is None:
+                why = f"corrupt: gguf's reader stopped with {type(e).__name__}: {e}"
+            raise ExportError(f"{path}: {why}") from e
         self.meta: dict[str, Any] = {}
         for key, field in reader.fields.items():
             if key.startswith("GGUF."):
