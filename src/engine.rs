@@ -51,7 +51,9 @@ pub struct GenConfig {
     pub teacher: Option<Vec<u32>>,
     /// Checked between graph calls; a cancelled run ends with [`FinishReason::Cancelled`].
     pub cancel: crate::cancel::CancelToken,
-    /// Speculative decoding (greedy runs only; others run without it, output unchanged).
+    /// Speculative decoding: greedy output unchanged, sampled output distributed as
+    /// without it, under a grammar too (teacher-forced and `allow_nonfinite` runs decode
+    /// plainly).
     pub spec: Option<SpecConfig>,
 }
 
@@ -310,6 +312,7 @@ impl Engine {
                 while !d.is_empty() && !self.run.verifies(d.len() + 1) {
                     d.pop();
                 }
+                st.refused += self.cut_refused(&mut d)?;
                 let drafted = !d.is_empty() && d.len() >= sc.draft_min;
                 if drafted && !gov.speculate() {
                     // Not paying now: decode plainly, and score the draft against the picks.
@@ -394,10 +397,23 @@ impl Engine {
     }
 
     /// Speculation keeps greedy output unchanged and sampled output distributed as
-    /// without it; a grammar (its state follows each pick), teacher forcing (it changes
-    /// what is fed) and `--allow-nonfinite` run without it.
+    /// without it, under a grammar too (each row is picked under the grammar's mask);
+    /// teacher forcing (it changes what is fed) and `--allow-nonfinite` run without it.
     fn speculates(&self, cfg: &GenConfig) -> bool {
-        self.constraint.is_none() && cfg.teacher.is_none() && !cfg.allow_nonfinite
+        cfg.teacher.is_none() && !cfg.allow_nonfinite
+    }
+
+    /// Under a grammar, cut the draft before its first token the grammar refuses (given
+    /// the drafts before it): that row's masked pick could never keep it, so feeding it
+    /// and what follows would only spend rows. Returns how many tokens were cut.
+    fn cut_refused(&mut self, d: &mut Vec<u32>) -> Result<usize> {
+        let Some(c) = &mut self.constraint else {
+            return Ok(0);
+        };
+        let n = c.admits(d)?;
+        let cut = d.len() - n;
+        d.truncate(n);
+        Ok(cut)
     }
 
     /// Take a generated token: the end checks of every step, in the order the plain loop
@@ -433,12 +449,14 @@ impl Engine {
 
     /// The pick from row `j` of the last execute (a verify), checked finite, and whether
     /// it keeps `draft`: greedy, the argmax (kept when it is the draft); sampled, the
-    /// chain's acceptance of the draft or, past the drafts, a plain draw.
+    /// chain's acceptance of the draft or, past the drafts, a plain draw. Under a grammar
+    /// the row is masked first and its pick committed, as a plain constrained step does:
+    /// the rows before it kept their drafts, so the grammar's state is the row's own.
     fn pick_row(&mut self, j: usize, draft: Option<u32>, step: usize) -> Result<(u32, bool)> {
         let view = self.run.row_logits(j)?;
         view.read_f32(0, &mut self.logits);
         let c = self.sampler.config();
-        let picked = if c.is_greedy() && c.repeat_penalty == 1.0 {
+        let picked = if c.is_greedy() && c.repeat_penalty == 1.0 && self.constraint.is_none() {
             let t =
                 sampler::argmax_checked(&self.logits).map_err(|_| self.nonfinite_logits(step))?;
             (t, draft == Some(t))
@@ -446,11 +464,18 @@ impl Engine {
             if sampler::first_non_finite(&self.logits).is_some() {
                 return Err(self.nonfinite_logits(step));
             }
+            if let Some(g) = &mut self.constraint {
+                g.apply(&mut self.logits)?;
+            }
             self.sampler.apply(&mut self.logits, &self.history);
-            match draft {
+            let picked = match draft {
                 Some(d) => self.sampler.accept_or_resample(d),
                 None => (self.sampler.select(), false),
+            };
+            if let Some(g) = &mut self.constraint {
+                g.commit(picked.0)?;
             }
+            picked
         };
         self.history.push(picked.0);
         Ok(picked)

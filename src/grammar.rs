@@ -36,17 +36,17 @@ impl Spec {
 }
 
 /// GBNF → Lark: the two differ in the rule arrow (`::=` vs `:`), in rule names (GBNF allows
-/// `-`, Lark does not) and in the start rule (`root` vs `start`). Strings, character classes,
-/// grouping, alternation and the `* + ? {m,n}` repeats read the same in llguidance's Lark.
+/// `-`, Lark does not), in the start rule (`root` vs `start`), and in character classes and
+/// the any-character `.`, which Lark writes as regexes (`/[a-z]/`; a bare `[x]` is Lark's
+/// "optional x"). Strings, grouping, alternation and the `* + ? {m,n}` repeats read the same
+/// in llguidance's Lark.
 pub fn gbnf_to_lark(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 16);
     let mut chars = text.chars().peekable();
-    // Copy quoted strings and character classes verbatim; rename identifiers elsewhere.
+    // Copy quoted strings verbatim, classes as regexes; rename identifiers elsewhere.
     while let Some(c) = chars.next() {
         match c {
-            '"' | '[' => {
-                // A quoted string or a character class, copied as it is.
-                let close = if c == '"' { '"' } else { ']' };
+            '"' => {
                 out.push(c);
                 while let Some(d) = chars.next() {
                     out.push(d);
@@ -54,11 +54,32 @@ pub fn gbnf_to_lark(text: &str) -> String {
                         if let Some(e) = chars.next() {
                             out.push(e);
                         }
-                    } else if d == close {
+                    } else if d == '"' {
                         break;
                     }
                 }
             }
+            '[' => {
+                // The class as a regex: its escapes are regex escapes already (`\n`, `\x41`,
+                // `\u0041`, `\]`); only the regex's delimiter needs one.
+                out.push_str("/[");
+                while let Some(d) = chars.next() {
+                    match d {
+                        '\\' => {
+                            out.push(d);
+                            if let Some(e) = chars.next() {
+                                out.push(e);
+                            }
+                        }
+                        '/' => out.push_str("\\/"),
+                        ']' => break,
+                        _ => out.push(d),
+                    }
+                }
+                out.push_str("]/");
+            }
+            // Any one character, newlines included.
+            '.' => out.push_str("/(?s:.)/"),
             '#' => {
                 // A comment runs to the end of the line.
                 for d in chars.by_ref() {
@@ -137,8 +158,14 @@ impl Vocab {
         let bytes = std::fs::read(tokenizer_json).map_err(|e| Error::io(tokenizer_json, e))?;
         let v: serde_json::Value =
             serde_json::from_slice(&bytes).map_err(|e| err(format!("not JSON: {e}")))?;
-        let mut words = llguidance::token_bytes_from_tokenizer_json(&v)
+        let words = llguidance::token_bytes_from_tokenizer_json(&v)
             .map_err(|e| err(format!("cannot list its tokens for structured output: {e}")))?;
+        Vocab::from_tokens(words, n_vocab, eos).map_err(|e| err(e.to_string()))
+    }
+
+    /// The same from the tokens' byte strings (a special token's start with 0xFF, as
+    /// llguidance writes them).
+    pub fn from_tokens(mut words: Vec<Vec<u8>>, n_vocab: usize, eos: u32) -> Result<Vocab> {
         // Rows past the tokenizer's tokens (padding of the embedding) can never be produced.
         words.resize(words.len().max(n_vocab), Vec::new());
         let info = TokRxInfo {
@@ -152,7 +179,7 @@ impl Vocab {
         let trie = TokTrie::from(&info, &words);
         let env: TokEnv = Arc::new(ApproximateTokEnv::new(trie));
         let mut factory = ParserFactory::new_simple(&env)
-            .map_err(|e| err(format!("structured output setup failed: {e}")))?;
+            .map_err(|e| Error::Grammar(format!("setup failed: {e}")))?;
         factory.quiet();
         Ok(Vocab {
             factory,
@@ -173,11 +200,231 @@ impl std::fmt::Debug for Constraint {
     }
 }
 
-/// A grammar problem, as one line (llguidance appends a multi-line parser state dump).
+/// A grammar problem, as one line: llguidance's first line, with a regex-syntax report
+/// folded into it (its pattern, carets and `error:` lines) and the grammar excerpt and
+/// parser state dump that follow dropped.
 fn gerr(msg: impl std::fmt::Display) -> Error {
     let text = msg.to_string();
+    if let Some(r) = RegexReport::find(&text) {
+        return Error::Grammar(r.line());
+    }
     let first = text.lines().next().unwrap_or("").trim();
     Error::Grammar(first.trim_end_matches(':').to_string())
+}
+
+/// A JSON schema's compile error: a bad regex is named by its place in the schema (a
+/// JSON pointer), as written there, with regex-syntax's own account of where it fails;
+/// llguidance reports the regex after its rewrite (`\d` → `[0-9]`) and no place.
+fn schema_err(schema: &serde_json::Value, msg: impl std::fmt::Display) -> Error {
+    let text = msg.to_string();
+    match RegexReport::find(&text).and_then(|r| schema_regex_error(schema, &r)) {
+        Some(line) => Error::Grammar(line),
+        None => gerr(text),
+    }
+}
+
+/// regex-syntax's report inside an llguidance message (one-line patterns; a multi-line
+/// one gives no column):
+///
+/// ```text
+/// <context>regex parse error:
+///     <pattern>
+///     <carets under the span>
+/// error: <what>
+/// ```
+#[derive(Debug, PartialEq)]
+struct RegexReport<'a> {
+    /// What llguidance said before the report (e.g. a Lark grammar's line and column).
+    context: &'a str,
+    pattern: Option<&'a str>,
+    /// 1-based column (in characters) of the span's start, and its length.
+    span: Option<(usize, usize)>,
+    what: &'a str,
+}
+
+/// regex-syntax indents the pattern and the carets by four spaces.
+const REPORT_INDENT: &str = "    ";
+
+impl<'a> RegexReport<'a> {
+    fn find(text: &'a str) -> Option<RegexReport<'a>> {
+        const HEAD: &str = "regex parse error:";
+        let lines: Vec<&str> = text.lines().collect();
+        let at = lines.iter().position(|l| l.trim_end().ends_with(HEAD))?;
+        let context = lines[at].trim_end().strip_suffix(HEAD)?.trim_end();
+        let rest = &lines[at + 1..];
+        let end = rest.iter().position(|l| l.starts_with("error: "))?;
+        let what = rest[end]["error: ".len()..].trim();
+        let (pattern, span) = match rest[..end] {
+            [p, carets] => match (p.strip_prefix(REPORT_INDENT), carets.find('^')) {
+                (Some(p), Some(i)) => {
+                    let col = (carets[..i].chars().count() + 1).saturating_sub(REPORT_INDENT.len());
+                    let len = carets[i..].chars().take_while(|&c| c == '^').count();
+                    (Some(p), Some((col, len)))
+                }
+                _ => (None, None),
+            },
+            _ => (None, None),
+        };
+        Some(RegexReport {
+            context: context.trim_end_matches(':'),
+            pattern,
+            span,
+            what,
+        })
+    }
+
+    /// The report as one line, after its context.
+    fn line(&self) -> String {
+        let pos = self.pattern.zip(self.span).map(|(p, s)| at_column(p, s));
+        let pos = pos.unwrap_or_default();
+        let quoted = self.pattern.map(|p| format!("\"{p}\""));
+        match quoted {
+            // The context (a Lark grammar's) already shows the regex.
+            Some(q) if self.context.contains(&q) => {
+                format!("{}: {}{pos}", self.context, self.what)
+            }
+            Some(q) if self.context.is_empty() => {
+                format!("regex {q} does not parse: {}{pos}", self.what)
+            }
+            Some(q) => format!(
+                "{}: regex {q} does not parse: {}{pos}",
+                self.context, self.what
+            ),
+            None if self.context.is_empty() => format!("regex parse error: {}", self.what),
+            None => format!("{}: regex parse error: {}", self.context, self.what),
+        }
+    }
+}
+
+/// ` at column C ("text")`: where in `pattern` the span (1-based column, length in
+/// characters) starts, and what it covers when that is not the whole pattern.
+fn at_column(pattern: &str, (col, len): (usize, usize)) -> String {
+    let text: String = pattern
+        .chars()
+        .skip(col.saturating_sub(1))
+        .take(len)
+        .collect();
+    if text.is_empty() || text == pattern {
+        format!(" at column {col}")
+    } else {
+        format!(" at column {col} ({})", quote(&text))
+    }
+}
+
+fn quote(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| format!("{s:?}"))
+}
+
+/// The schema's regex llguidance could not parse: the one whose rewrite is the pattern
+/// its report shows, else the first that regex-syntax refuses.
+fn schema_regex_error(schema: &serde_json::Value, report: &RegexReport) -> Option<String> {
+    let mut found = Vec::new();
+    schema_regexes(schema, "", &mut found);
+    let rewritten =
+        |re: &str| Some(llguidance::regex_to_lark(re, "dw")) == report.pattern.map(str::to_string);
+    let (path, re) = found
+        .iter()
+        .find(|(_, re)| rewritten(re))
+        .or_else(|| found.iter().find(|(_, re)| parse_regex(re).is_err()))?;
+    let why = match parse_regex(re) {
+        Err(e) => e,
+        // regex-syntax takes it as written: give llguidance's account of its rewrite.
+        Ok(()) => {
+            let pos = report
+                .pattern
+                .zip(report.span)
+                .map(|(p, s)| at_column(p, s));
+            let rw = report
+                .pattern
+                .map(|p| format!(" of its rewrite {}", quote(p)));
+            format!(
+                "{}{}{}",
+                report.what,
+                pos.unwrap_or_default(),
+                rw.unwrap_or_default()
+            )
+        }
+    };
+    Some(format!(
+        "JSON schema {path}: regex {} does not parse: {why}",
+        quote(re)
+    ))
+}
+
+/// Parse `re` as llguidance's regex engine does (regex-syntax, default settings); the
+/// error as `what at column C ("text")`.
+fn parse_regex(re: &str) -> std::result::Result<(), String> {
+    let e = match regex_syntax::Parser::new().parse(re) {
+        Ok(_) => return Ok(()),
+        Err(e) => e,
+    };
+    let (what, span) = match &e {
+        regex_syntax::Error::Parse(a) => (a.kind().to_string(), *a.span()),
+        regex_syntax::Error::Translate(h) => (h.kind().to_string(), *h.span()),
+        _ => return Err(e.to_string().lines().last().unwrap_or("").to_string()),
+    };
+    let len = re
+        .get(span.start.offset..span.end.offset)
+        .map_or(0, |t| t.chars().count());
+    let line = if span.start.line > 1 {
+        format!(" on line {}", span.start.line)
+    } else {
+        String::new()
+    };
+    let on_line = re
+        .lines()
+        .nth(span.start.line.saturating_sub(1))
+        .unwrap_or(re);
+    Err(format!(
+        "{what}{line}{}",
+        at_column(on_line, (span.start.column, len))
+    ))
+}
+
+/// Every regex a JSON schema holds, with its JSON pointer, in document order: `pattern`
+/// values and `patternProperties` keys. `enum`, `const`, `default` and `examples` hold
+/// data, not schemas, and are not searched; the names in `properties` and `$defs` are
+/// names, never keywords.
+fn schema_regexes(v: &serde_json::Value, path: &str, out: &mut Vec<(String, String)>) {
+    use serde_json::Value;
+    match v {
+        Value::Object(o) => {
+            for (k, x) in o {
+                let here = pointer(path, k);
+                match (k.as_str(), x) {
+                    ("pattern", Value::String(re)) => out.push((here, re.clone())),
+                    ("patternProperties", Value::Object(p)) => {
+                        for (re, sub) in p {
+                            let at = pointer(&here, re);
+                            out.push((at.clone(), re.clone()));
+                            schema_regexes(sub, &at, out);
+                        }
+                    }
+                    (
+                        "properties" | "$defs" | "definitions" | "dependentSchemas",
+                        Value::Object(p),
+                    ) => {
+                        for (name, sub) in p {
+                            schema_regexes(sub, &pointer(&here, name), out);
+                        }
+                    }
+                    ("enum" | "const" | "default" | "examples" | "x-guidance", _) => {}
+                    _ => schema_regexes(x, &here, out),
+                }
+            }
+        }
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                schema_regexes(x, &pointer(path, &i.to_string()), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `path` + `/key`, the key escaped as a JSON pointer token (RFC 6901).
+fn pointer(path: &str, key: &str) -> String {
+    format!("{path}/{}", key.replace('~', "~0").replace('/', "~1"))
 }
 
 impl Constraint {
@@ -188,10 +435,14 @@ impl Constraint {
             Spec::JsonSchema(s) => TopLevelGrammar::from_json_schema(with_json_layout(s)),
             Spec::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
         };
-        let parser = vocab.factory.create_parser(grammar).map_err(gerr)?;
+        let err = |e: &dyn std::fmt::Display| match spec {
+            Spec::JsonSchema(s) => schema_err(s, e),
+            Spec::Lark(_) => gerr(e),
+        };
+        let parser = vocab.factory.create_parser(grammar).map_err(|e| err(&e))?;
         let mut m = Matcher::new(Ok(parser));
         if let Some(e) = m.get_error() {
-            return Err(gerr(e));
+            return Err(err(&e));
         }
         let nothing = || gerr("the grammar matches nothing: no token can start it");
         let mask = m.compute_mask_or_eos().map_err(|_| nothing())?;
@@ -230,6 +481,26 @@ impl Constraint {
     /// Whether `tok` is allowed next.
     pub fn allows(&self, tok: u32) -> bool {
         self.mask.is_allowed(tok)
+    }
+
+    /// How many leading tokens of `draft` the grammar would take in turn from here (the
+    /// end token counts when the output so far is complete); the state is unchanged.
+    /// Speculation cuts a draft there, so a token the grammar refuses is never fed.
+    pub fn admits(&mut self, draft: &[u32]) -> Result<usize> {
+        match draft.first() {
+            // The first is read off the mask the next pick uses: exact, and no parser work.
+            Some(&t) if self.allows(t) => {}
+            _ => return Ok(0),
+        }
+        if self.m.is_stopped() {
+            // Complete: the end token (allowed, so it is the first) ends the run there.
+            return Ok(1);
+        }
+        Ok(self
+            .m
+            .validate_tokens(draft)
+            .map_err(gerr)?
+            .clamp(1, draft.len()))
     }
 
     /// Take `tok` (which must be allowed) and prepare the next mask.
@@ -274,10 +545,139 @@ mod tests {
         let g = "root ::= item (\",\" item)*  # a list\nitem ::= [a-z-]+ | \"x::=y\"\nmy-rule ::= \"-\"";
         assert_eq!(
             gbnf_to_lark(g),
-            "start : item (\",\" item)*  \nitem : [a-z-]+ | \"x::=y\"\nmy_rule : \"-\""
+            "start : item (\",\" item)*  \nitem : /[a-z-]/+ | \"x::=y\"\nmy_rule : \"-\""
         );
         assert!(
             matches!(Spec::from_grammar_text("start: \"a\""), Spec::Lark(s) if s == "start: \"a\"")
         );
+    }
+
+    /// GBNF's classes, negated classes with escapes, `.` and bounded repeats compile, and
+    /// take what llama.cpp's GBNF takes.
+    #[test]
+    fn gbnf_classes_and_any_char_become_regexes_that_match_as_in_gbnf() {
+        // The class after "/" refuses `"`, `/` and `]` (escaped in GBNF).
+        let g = r#"root ::= [a-z]{2,3} "/" [^"/\]] . "-" x
+x ::= [\x41-\u005a]+"#;
+        assert_eq!(
+            gbnf_to_lark(g),
+            r#"start : /[a-z]/{2,3} "/" /[^"\/\]]/ /(?s:.)/ "-" x
+x : /[\x41-\u005a]/+"#
+        );
+        let v = bytes_vocab();
+        let Spec::Lark(lark) = Spec::from_grammar_text(g) else {
+            unreachable!()
+        };
+        let mut c = Constraint::new(&v, &Spec::Lark(lark)).unwrap();
+        let ids = |s: &str| s.bytes().map(u32::from).collect::<Vec<_>>();
+        // `.` takes a newline; `x` takes A-Z only.
+        assert_eq!(c.admits(&ids("abc/q\n-QZ")).unwrap(), 9);
+        assert_eq!(c.admits(&ids("abc/q\n-a")).unwrap(), 7);
+        assert_eq!(c.admits(&ids("ab/]")).unwrap(), 3);
+        assert_eq!(c.admits(&ids("ab//")).unwrap(), 3);
+        assert_eq!(c.admits(&ids("abcd")).unwrap(), 3);
+        assert_eq!(c.admits(&ids("A")).unwrap(), 0);
+    }
+
+    /// A vocabulary of the 256 single bytes and an end token (256).
+    fn bytes_vocab() -> Vocab {
+        let words = (0..=255u8).map(|b| vec![b]).collect();
+        Vocab::from_tokens(words, 257, 256).unwrap()
+    }
+
+    fn schema_error(schema: serde_json::Value) -> String {
+        let v = bytes_vocab();
+        match Constraint::new(&v, &Spec::JsonSchema(schema)) {
+            Err(Error::Grammar(m)) => m,
+            other => panic!("not a grammar error: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_bad_schema_regex_is_named_by_its_place_as_written() {
+        use serde_json::json;
+        for (schema, want) in [
+            (
+                json!({"type": "object", "properties": {"name": {"type": "string", "pattern": "\\d+(ab"}}}),
+                r#"JSON schema /properties/name/pattern: regex "\\d+(ab" does not parse: unclosed group at column 4 ("(")"#,
+            ),
+            (
+                json!({"type": "string", "pattern": "a{2,1}"}),
+                r#"JSON schema /pattern: regex "a{2,1}" does not parse: invalid repetition count range, the start must be <= the end at column 2 ("{2,1}")"#,
+            ),
+            (
+                json!({"type": "object", "patternProperties": {"^x/[": {"type": "string"}}}),
+                r#"JSON schema /patternProperties/^x~1[: regex "^x/[" does not parse: unclosed character class at column 4 ("[")"#,
+            ),
+            (
+                json!({"$defs": {"id": {"type": "string", "pattern": "(?<=a)b"}}, "type": "object",
+                    "properties": {"a": {"$ref": "#/$defs/id"}}}),
+                r#"JSON schema /$defs/id/pattern: regex "(?<=a)b" does not parse: look-around, including look-ahead and look-behind, is not supported at column 1 ("(?<=")"#,
+            ),
+        ] {
+            let got = schema_error(schema.clone());
+            assert_eq!(got, want, "{schema}");
+            assert_eq!(got.lines().count(), 1);
+        }
+    }
+
+    #[test]
+    fn enum_values_and_property_names_are_not_taken_for_regexes() {
+        let mut found = Vec::new();
+        let schema = serde_json::json!({"properties": {"pattern": {"type": "string", "pattern": "a+"}},
+            "enum": [{"pattern": "("}], "anyOf": [{"pattern": "b"}]});
+        schema_regexes(&schema, "", &mut found);
+        let want = [
+            ("/properties/pattern/pattern", "a+"),
+            ("/anyOf/0/pattern", "b"),
+        ];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(p, r)| (p.to_string(), r.to_string()))
+            .collect();
+        assert_eq!(found, want);
+    }
+
+    #[test]
+    fn a_lark_regex_error_is_one_line_with_its_place() {
+        let v = bytes_vocab();
+        let e = Constraint::new(&v, &Spec::Lark("start: x\nx: /ab(/".into())).unwrap_err();
+        let Error::Grammar(m) = e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(
+            m,
+            r#"at 2(4): invalid regex "ab(" (in regex): unclosed group at column 3 ("(")"#
+        );
+    }
+
+    /// `admits` counts the draft tokens the grammar takes in turn and leaves the state as it
+    /// was: the refused token and everything after it are cut, never committed.
+    #[test]
+    fn admits_stops_at_the_first_refused_token_and_keeps_the_state() {
+        let v = bytes_vocab();
+        let schema = serde_json::json!({"type": "object", "properties": {"n": {"type": "integer"}},
+            "required": ["n"], "additionalProperties": false});
+        let mut c = Constraint::new(&v, &Spec::JsonSchema(schema)).unwrap();
+        let allowed = |c: &Constraint| (0..257u32).filter(|&t| c.allows(t)).collect::<Vec<_>>();
+        for &b in br#"{"n": "# {
+            assert!(c.allows(u32::from(b)), "{}", b as char);
+            c.commit(u32::from(b)).unwrap();
+        }
+        let before = allowed(&c);
+        let ids = |s: &str| s.bytes().map(u32::from).collect::<Vec<_>>();
+        // An integer, then a quote the grammar refuses there.
+        assert_eq!(c.admits(&ids("42\"x")).unwrap(), 2);
+        assert_eq!(c.admits(&ids("\"x")).unwrap(), 0);
+        assert_eq!(c.admits(&ids("7}")).unwrap(), 2);
+        assert_eq!(c.admits(&[ids("7}"), vec![256, 256]].concat()).unwrap(), 3);
+        assert_eq!(c.admits(&[]).unwrap(), 0);
+        assert_eq!(allowed(&c), before, "admits changed the state");
+        // A complete document: the end token is admitted after it, nothing else.
+        for &b in b"7}" {
+            c.commit(u32::from(b)).unwrap();
+        }
+        assert_eq!(c.admits(&[256, 256]).unwrap(), 1);
+        assert_eq!(c.admits(&ids(" ")).unwrap(), 0);
     }
 }

@@ -91,6 +91,8 @@ pub struct SpecStats {
     /// Tokens proposed to verifies, and how many of them the model kept.
     pub drafted: usize,
     pub accepted: usize,
+    /// Drafted tokens a grammar refused: cut from the draft before the verify, never fed.
+    pub refused: usize,
     /// Multi-row verify executes.
     pub verifies: usize,
     /// Generated tokens per verify (accepted drafts plus the model's own pick).

@@ -186,6 +186,18 @@ fn grammars_that_cannot_match_or_do_not_parse_are_usage_errors() {
         ("--grammar", "root ::= [", "structured output"),
         ("-j", "{\"type\": \"objekt\"}", "structured output"),
         ("-j", "{not json", "not JSON"),
+        // A bad regex is named by its place in the schema, as written there (llguidance's
+        // own report shows its rewrite, `\d` as `[0-9]`), with where it fails.
+        (
+            "-j",
+            r#"{"type": "object", "properties": {"name": {"type": "string", "pattern": "\\d+(ab"}}}"#,
+            r#"--json-schema: structured output: JSON schema /properties/name/pattern: regex "\\d+(ab" does not parse: unclosed group at column 4 ("(")"#,
+        ),
+        (
+            "--grammar",
+            "start: x\nx: /ab(/",
+            r#"--grammar: structured output: at 2(4): invalid regex "ab(" (in regex): unclosed group at column 3 ("(")"#,
+        ),
     ] {
         let o = generate(&m, &d, "8", "hi", &[flag, text], &[]);
         let err = stderr(&o);
@@ -194,6 +206,95 @@ fn grammars_that_cannot_match_or_do_not_parse_are_usage_errors() {
         assert_eq!(err.lines().count(), 1, "{text:?}: {err}");
         assert!(o.stdout.is_empty());
     }
+}
+
+/// A schema file's bad regex names the file, the schema path and the regex; nothing loads.
+#[test]
+fn a_bad_regex_in_a_schema_file_names_the_file_and_the_place() {
+    let d = bundle_dir();
+    let dir = tmp("bad-regex-schema-file");
+    let f = dir.join("id.json");
+    let schema = json!({"type": "object", "properties": {"items": {"type": "array",
+        "items": {"type": "object", "properties": {"id": {"type": "string",
+        "pattern": "^[A-Z]{3}-(\\d{4}$"}}}}}});
+    std::fs::write(&f, serde_json::to_vec_pretty(&schema).unwrap()).unwrap();
+    let o = generate(
+        &d.join("smollm2.json"),
+        &d,
+        "8",
+        "hi",
+        &["--json-schema-file", f.to_str().unwrap()],
+        &[],
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    let want = format!(
+        "--json-schema-file {}: structured output: JSON schema \
+         /properties/items/items/properties/id/pattern: regex \"^[A-Z]{{3}}-(\\\\d{{4}}$\" does \
+         not parse: unclosed group at column 11 (\"(\")",
+        f.display()
+    );
+    assert!(err.contains(&want), "{err}\nwant {want}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(o.stdout.is_empty());
+}
+
+/// `--spec lookup` under a JSON schema and a GBNF grammar: the drafts are cut at the first
+/// token the grammar refuses and each verify row is picked under the grammar's mask, so
+/// the output is the plain constrained run's, token for token, while drafts are kept.
+#[test]
+fn speculation_under_a_grammar_gives_the_plain_constrained_output() {
+    let d = bundle_dir();
+    let m = d.join("smollm2.json");
+    let schema = json!({"type": "object", "properties": {"name": {"type": "string"},
+        "age": {"type": "string"}, "city": {"type": "string"}},
+        "required": ["name", "age", "city"], "additionalProperties": false});
+    let schema_text = schema.to_string();
+    let gbnf = "root ::= item (\", \" item){5,9} \".\"\nitem ::= [a-z]{2,6} \" \" [a-z]{2,6}";
+    let cases: [(&str, &str, &str); 2] = [
+        (
+            "-j",
+            &schema_text,
+            // Lookup drafts `42` after `"age": ` from the prompt; the schema wants a string.
+            r#"Copy this record as JSON: {"name": "Ann Lee", "age": 42, "city": "Paris"}"#,
+        ),
+        (
+            "--grammar",
+            gbnf,
+            "Repeat these words: red fox, blue cat, green dog, red fox, blue cat, green dog",
+        ),
+    ];
+    let (mut drafted, mut accepted, mut refused) = (0, 0, 0);
+    for (flag, g, prompt) in cases {
+        let run = |extra: &[&str]| {
+            let args = [&["--chat", "--json", flag, g][..], extra].concat();
+            let o = generate(&m, &d, "60", prompt, &args, &[]);
+            assert!(o.status.success(), "{flag} {extra:?}: {}", stderr(&o));
+            (json(&o), stderr(&o))
+        };
+        let (plain, _) = run(&[]);
+        let (spec, err) = run(&["--spec", "lookup", "--spec-adaptive", "off"]);
+        assert!(!err.contains("decodes plainly"), "{err}");
+        for k in ["output_ids", "text", "finish_reason"] {
+            assert_eq!(plain[k], spec[k], "{flag}: {k}");
+        }
+        assert_eq!(plain["finish_reason"], "eos", "{flag}: {plain}");
+        let s = &spec["spec"];
+        assert_eq!(s["type"], "lookup", "{s}");
+        assert!(s["verifies"].as_u64().unwrap() > 0, "{flag}: {s}");
+        drafted += s["drafted"].as_u64().unwrap();
+        accepted += s["accepted"].as_u64().unwrap();
+        refused += s["refused"].as_u64().unwrap();
+        if flag == "-j" {
+            let v: serde_json::Value =
+                serde_json::from_str(plain["text"].as_str().unwrap()).expect("JSON output");
+            assert!(jsonschema::is_valid(&schema, &v), "{v}");
+        }
+    }
+    assert!(
+        drafted > 0 && accepted > 0 && refused > 0,
+        "drafted {drafted}, accepted {accepted}, refused {refused}"
+    );
 }
 
 #[test]

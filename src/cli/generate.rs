@@ -510,17 +510,34 @@ fn grammar_spec(args: &Args) -> Result<Option<crate::grammar::Spec>> {
     })
 }
 
+/// The flag (and file) the grammar came from, which its compile errors start with.
+fn grammar_source(args: &Args) -> String {
+    let file = |flag: &str, f: &Path| format!("{flag} {}", f.display());
+    if let Some(f) = &args.tools {
+        file("--tools", f)
+    } else if let Some(f) = &args.json_schema_file {
+        file("--json-schema-file", f)
+    } else if let Some(f) = &args.grammar_file {
+        file("--grammar-file", f)
+    } else if args.json_schema.is_some() {
+        "--json-schema".into()
+    } else {
+        "--grammar".into()
+    }
+}
+
 /// The tokenizer's vocabulary for structured output, and the grammar compiled once against
 /// it, so a grammar that does not compile or matches nothing fails before the load.
 fn grammar_setup(
     bundle: &Spec,
     spec: crate::grammar::Spec,
+    source: &str,
 ) -> Result<(std::sync::Arc<crate::grammar::Vocab>, crate::grammar::Spec)> {
     let eos = *bundle.declared_eos().first().ok_or_else(|| {
         anyhow::anyhow!("structured output needs the bundle's end token (params.eos_token_id)")
     })?;
     let vocab = crate::grammar::Vocab::load(bundle.tokenizer_path(), bundle.vocab(), eos)?;
-    crate::grammar::Constraint::new(&vocab, &spec).map_err(usage)?;
+    crate::grammar::Constraint::new(&vocab, &spec).map_err(|e| usage(format!("{source}: {e}")))?;
     Ok((std::sync::Arc::new(vocab), spec))
 }
 
@@ -557,6 +574,7 @@ impl Request {
         if tools.is_none() && args.tool_choice != "auto" {
             bail!(usage("--tool-choice needs --tools"));
         }
+        let source = grammar_source(&args);
         let grammar = match &tools {
             Some(t) => Some(t.grammar(args.tool_choice == "required")),
             None => grammar_spec(&args)?,
@@ -640,7 +658,9 @@ impl Request {
         )?;
         let bundle = Spec::load(&manifest, &root)?;
         bundle.check_files()?;
-        let grammar = grammar.map(|g| grammar_setup(&bundle, g)).transpose()?;
+        let grammar = grammar
+            .map(|g| grammar_setup(&bundle, g, &source))
+            .transpose()?;
         // A Genie bundle's sampler block applies unless a sampling flag was given, as it
         // does under Genie; parity and teacher-forced runs stay greedy (see `Request`).
         let sampler_from_bundle = match bundle.sampling() {
@@ -684,11 +704,6 @@ impl Request {
                     "--draft-min {} is more than --draft-max {}",
                     sp.draft_min, sp.draft_max
                 )));
-            }
-            if grammar.is_some() {
-                notes.push(
-                    "warning: --spec does not speculate under a grammar (its state follows each pick); this run decodes plainly".into(),
-                );
             }
         }
         let prompt = if let Some(f) = &args.tokens_in {
