@@ -12,7 +12,9 @@ with QHX_EXPORT_DEBUG=1 for the traceback); 4 --verify measured agreement below 
 `DIR.partial` and renamed to DIR at the end, so a failed run leaves no half-written bundle.
 DIR must be new or empty; a previous bundle of qhx-export (its .qhx-export.json lists what it
 wrote) is replaced with --force only; a directory holding anything else is never touched.
-Progress goes to stderr; stdout's last line is the written manifest's path.
+Progress goes to stderr; stdout lists the written manifests, one per line, and its last line is
+what to give qhx_generate in the manifest's place: the manifest, or with --arch all the bundle
+root DIR (qhx_generate picks the arch directory of the device it runs on).
 """
 
 from __future__ import annotations
@@ -76,7 +78,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--arch",
         choices=(*ARCHES, "all"),
-        help="Hexagon arch (default v79 for htp, v81 for emu); all: one directory per arch",
+        help="Hexagon arch (default v79 for htp, v81 for emu); all: one directory per arch (DIR/v73 ... "
+        "DIR/v81), and stdout's last line is DIR itself, the bundle root: qhx_generate takes it in the "
+        "manifest's place and runs the directory of the device's arch",
     )
     ap.add_argument("--soc", type=int, metavar="N", help="soc_model (default 57/60/69/87 by arch)")
     ap.add_argument("--precision", choices=("fp16", "w8a16", "w4a16"), help="htp weights/activations")
@@ -389,10 +393,10 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
                     log(line)
                 if not res["pass"]:
                     failed.append(where)
-        write_report(tmp, paths, o)
+        write_report(tmp, paths, o, os.path.abspath(a.out))
         rel = [os.path.relpath(p, tmp) for p in paths] or ["export-report.json"]
     log(f"done in {time.monotonic() - t0:.1f}s")
-    out = [os.path.join(os.path.normpath(a.out), m) for m in rel]
+    out = _with_root(a, [os.path.join(os.path.normpath(a.out), m) for m in rel])
     if failed:
         for m in out:
             print(m)
@@ -456,7 +460,16 @@ def _export_emu(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
             path, _ = write_bundle(ck, out, o, log, _progress())
             manifests.append(os.path.relpath(path, tmp))
     log(f"done in {time.monotonic() - t0:.1f}s")
-    return [os.path.join(os.path.normpath(a.out), m) for m in manifests]
+    return _with_root(a, [os.path.join(os.path.normpath(a.out), m) for m in manifests])
+
+
+def _with_root(a: argparse.Namespace, paths: list[str]) -> list[str]:
+    """--arch all: the bundle root last, as qhx_generate takes it (it picks the device's arch)."""
+    if a.arch != "all" or not paths or paths[-1].endswith("export-report.json"):
+        return paths
+    root = os.path.normpath(a.out)
+    log(f"bundle root {root}: one directory per arch; qhx_generate takes the root and runs the device's")
+    return [*paths, root]
 
 
 def _abs(path: str | None) -> str | None:

@@ -214,7 +214,7 @@ def test_no_cache_writes_no_cache(
     assert export([*args, "--no-cache"], capsys)[0] == 0
     assert not root.exists()
     assert json.loads((tmp_path / "b" / "export-report.json").read_text())["cache"] == {"dir": None}
-    assert export(args, capsys)[0] == 0  # the default: $QHX_EXPORT_CACHE
+    assert export([*args, "--force"], capsys)[0] == 0  # the default: $QHX_EXPORT_CACHE
     assert (root / "compile").is_dir()
 
 

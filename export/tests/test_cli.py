@@ -221,3 +221,10 @@ def test_interrupt_leaves_nothing(
     rc, _, err = run(emu(tiny_gguf(), tmp_path / "b"), capsys)
     assert rc == 130 and "interrupted" in err
     assert not (tmp_path / "b").exists() and not (tmp_path / "b.partial").exists()
+
+
+def test_estimate_figures_read_as_milliseconds() -> None:
+    from qhx_export.compile.estimate import ms, rate
+
+    assert [ms(u) for u in (3.21, 52.0, 5229.0, 123_456.0)] == ["0.00321", "0.052", "5.23", "123"]
+    assert [rate(r) for r in (15873.04, 67.13)] == ["15,873", "67.1"]

@@ -19,6 +19,7 @@ from qhx_export.read import open_checkpoint
 from qhx_export.write.emu import EmuOptions, read_context, write_bundle
 
 from .conftest import tiny_config, tiny_weights, write_gguf, write_hf
+from .test_cli import emu as cli_emu
 
 Q = gguf.GGMLQuantizationType
 EMU_ENC = {"q4_1": Q.Q4_1, "q8_0": Q.Q8_0, "f32": Q.F32}  # FORMAT.md's encodings: GGML's blocks
@@ -128,12 +129,55 @@ def test_arch_all_writes_one_dir_per_arch(
     assert (
         main([str(path), "-o", str(out), "--target", "emu", "--arch", "all", "--ar", "4", "--ctx", "8"]) == 0
     )
-    lines = capsys.readouterr().out.splitlines()
-    assert lines == [str(out / a / "tiny-test.json") for a in ("v73", "v75", "v79", "v81")]
-    socs = [json.loads(Path(p).read_text())["model"]["soc_model"] for p in lines]
+    cap = capsys.readouterr()
+    lines = cap.out.splitlines()
+    # the manifests, then the bundle root (what qhx_generate takes in the manifest's place)
+    assert lines == [*(str(out / a / "tiny-test.json") for a in ("v73", "v75", "v79", "v81")), str(out)]
+    assert f"bundle root {out}" in cap.err
+    socs = [json.loads(Path(p).read_text())["model"]["soc_model"] for p in lines[:-1]]
     assert socs == [57, 60, 69, 87]
     assert read_context(str(out / "v75" / "tiny-test_lmhead.bin"))[0]["dsp_arch"] == "v75"
     assert not (tmp_path / "all.partial").exists()
+
+
+def test_help_says_arch_all_prints_the_root(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "stdout's last line is DIR itself, the bundle root" in text
+
+
+RELEASE = Path(__file__).resolve().parents[2] / "target" / "release"
+
+
+@pytest.mark.skipif(
+    not (RELEASE / "qhx_generate").exists() or not (RELEASE / "libqnn_emu.so").exists(),
+    reason="target/release/qhx_generate and libqnn_emu.so not built (cargo build --release)",
+)
+@pytest.mark.parametrize(("arch", "soc"), [("75", "60"), ("81", "87")])
+def test_arch_all_root_runs_the_devices_arch(
+    tmp_path: Path, tiny_gguf: Callable[..., Path], capsys: pytest.CaptureFixture[str], arch: str, soc: str
+) -> None:
+    """The printed root, given to qhx_generate as is, runs the arch directory of the device (the
+    emulator reports QNN_EMU_ARCH) with the same ids as that directory's manifest."""
+    import subprocess
+
+    out = tmp_path / "all"
+    assert main(cli_emu(tiny_gguf("llama"), out, "--arch", "all")) == 0
+    root = capsys.readouterr().out.splitlines()[-1]
+    lib = str(RELEASE / "libqnn_emu.so")
+    env = dict(os.environ, QNN_EMU_ARCH=arch, QNN_EMU_SOC_MODEL=soc)
+
+    def run(desc: str) -> tuple[list[int], str]:
+        cmd = [str(RELEASE / "qhx_generate"), desc, lib, lib, desc if desc == root else str(out / f"v{arch}")]
+        r = subprocess.run([*cmd, "6", "hello", "--json", "-v"], capture_output=True, text=True, env=env)
+        assert r.returncode == 0, r.stderr[-600:]
+        doc, _ = json.JSONDecoder().raw_decode(r.stdout)
+        return [int(t) for t in doc["output_ids"]], r.stderr
+
+    got, err = run(root)
+    assert f"bundle description: {out / f'v{arch}' / 'tiny-test.json'}" in err, err[-600:]
+    assert got == run(str(out / f"v{arch}" / "tiny-test.json"))[0]
 
 
 @pytest.mark.parametrize("shared", [False, True])

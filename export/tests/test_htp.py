@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from qhx_export.cli import main
+from qhx_export.cli import ARCHES, main
 
 pytest.importorskip("onnxruntime_qnn")
 SMOLLM2 = Path(os.environ.get("QHX_CACHE", Path.home() / ".cache" / "qhx")) / "assets" / "smollm2"
@@ -66,8 +66,37 @@ def test_tiny_verify(
     man = json.loads(Path(lines[-1]).read_text())
     assert man["model"]["dsp_arch"] == "v75" and man["model"]["soc_model"] == 60
     assert set(man["artifacts"]["contexts"]) == {"prefill", "decode", "lmhead"}
-    assert (out / "README.md").read_text().startswith("# ")
+    readme = (out / "README.md").read_text()
+    assert readme.startswith("# ")
+    check_readme(readme, out, ["tiny-" + family + ".json"], "v75")
     assert not (tmp_path / "b.partial").exists()
+
+
+def readme_files(readme: str) -> list[str]:
+    """The file column of the bundle README's file table."""
+    part = readme.split("## Files", 1)[1].split("\n## ", 1)[0]
+    return [ln.split("|")[1].strip() for ln in part.splitlines() if ln.startswith("| ") and " | " in ln][1:]
+
+
+def check_readme(readme: str, out: Path, manifests: list[str], arch: str) -> None:
+    """The README's file table is the bundle's files (paths as they sit), and its simulator
+    line, run as written, generates with the bundle."""
+    files = readme_files(readme)
+    assert "README.md" in files and all((out / f).is_file() for f in files), files
+    want = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.name != ".qhx-export.json"}
+    assert set(files) == want
+    for m in manifests:
+        assert m in files
+    block = readme.split("## Run it", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    sim = [ln for ln in block.splitlines() if not ln.startswith("cargo build")]
+    assert sim[0].startswith("cd ") and sim[-1].startswith("target/release/qhx_generate ")
+    r = subprocess.run(["bash", "-ec", "\n".join(sim)], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip(), r.stderr[-600:]
+    phone = readme.split("## Run it", 1)[1].split("```bash\n", 2)[2].split("```", 1)[0]
+    n = "<NN>" if arch == "all" else arch[1:]
+    assert f"libQnnHtpV{n}Stub.so libQnnHtpV{n}Skel.so /data/local/tmp/qhx/" in phone
+    desc = "bundle" if arch == "all" else f"bundle/{manifests[0]}"
+    assert f"./qhx_generate /data/local/tmp/qhx/{desc} libQnnHtp.so libQnnSystem.so" in phone
 
 
 def test_arch_all(tmp_path: Path, tiny_gguf: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -80,7 +109,9 @@ def test_arch_all(tmp_path: Path, tiny_gguf: Callable[..., Path], capsys: pytest
         [str(path), "-o", str(out), "--arch", "all", "--prefill", "none", "--ar", "4", "--ctx", "16"], capsys
     )
     assert rc == 0, err
-    assert [Path(p).parent.name for p in lines] == ["v73", "v75", "v79", "v81"]
+    assert [Path(p).parent.name for p in lines[:-1]] == ["v73", "v75", "v79", "v81"]
+    assert lines[-1] == str(out)
+    check_readme((out / "README.md").read_text(), out, [f"{a}/tiny.json" for a in ARCHES], "all")
     from qhx_export.verify.run import qnn_libdir
 
     inspect = Path(binary).parent / "qhx_inspect"
@@ -313,12 +344,25 @@ def test_estimate_only_writes_the_report_alone(
     path = tiny_gguf("llama", name="tiny.gguf")
     out = tmp_path / "e"
     args = [str(path), "-o", str(out), "--prefill", "none", "--ctx", "32", "--estimate-only"]
+    from qhx_export.compile.estimate import ms, rate
+
     rc, lines, err = export([*args, "--estimate-verify", "3"], capsys)
     assert rc == 0, err
     assert lines[-1] == str(out / "export-report.json")
-    assert sorted(p.name for p in out.iterdir()) == ["README.md", "export-report.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".qhx-export.json", "README.md", "export-report.json"]
     est = json.loads(Path(lines[-1]).read_text())["estimate"]
     assert est["decode_ms_per_token"] > 0 and list(est["verify_vs_decode"]) == ["3"]
+    # readable: one line per graph and a summary, the same numbers in the report and README
+    assert "{'" not in err and '{"' not in err
+    dec = est["graphs"]["decode"]
+    assert dec["ms"] == round(dec["us"] / 1000, 3)
+    assert f"estimate decode {ms(dec['us'])} ms ({ms(dec['lower_us'])}-{ms(dec['upper_us'])})" in err
+    t = est["decode_ms_per_token"]
+    assert est["summary"].startswith(f"decode {ms(t * 1000)} ms/token ({rate(1000 / t)} tok/s")
+    assert f"{est['weight_bytes_per_token'] / 1e6:,.1f} MB of weights per token" in est["summary"]
+    assert f"qhx-export: estimate: {est['summary']}" in err
+    readme = (out / "README.md").read_text()
+    assert est["summary"] in readme and f"- decode {ms(dec['us'])} ms" in readme
 
 
 def _io_dims(binary: str, binf: Path) -> dict[str, list[int]]:

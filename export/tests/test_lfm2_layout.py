@@ -85,7 +85,7 @@ def test_files_graphs_and_manifest(tmp_path: Path, capsys: pytest.CaptureFixture
     man_name = f"{want['model']['name']}.json"
     bins = [c["bin"] for c in want["artifacts"]["contexts"].values()]
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        [man_name, *bins, "lfm_embed_f16.bin", "tokenizer.json"]
+        [man_name, *bins, "lfm_embed_f16.bin", "tokenizer.json", ".qhx-export.json"]
     )
     assert json.loads((out / man_name).read_text()) == want
     if split:

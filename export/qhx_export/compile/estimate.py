@@ -82,7 +82,7 @@ def summarize(
     verify roles' row counts)."""
     out: dict[str, Any] = {
         "soc_model": ESTIMATE_SOC,
-        "graphs": per_graph,
+        "graphs": {role: _with_ms(row) for role, row in per_graph.items()},
         "note": "Hextimate cost model (soc 72, v81-class); not a phone measurement",
     }
     d, lm, pf = (per_graph.get(r, {}).get("us") for r in ("decode", "lmhead", "prefill"))
@@ -94,6 +94,9 @@ def summarize(
         out["implied_GB_per_s"] = round(w / (us * 1e-6) / 1e9, 1)
     if pf is not None and lm is not None:
         out["prefill_tok_per_s"] = round(ar / ((pf + lm) * 1e-6), 1)
+    if "decode_ms_per_token" in out:
+        out["decode_tok_per_s"] = round(1000 / out["decode_ms_per_token"], 1)
+        out["weight_bytes_per_token"] = out["decode_weight_bytes"]
     if d is not None:
         # speculative decoding: a k-row verify over the cache against one decode step (layers
         # only; each read row adds an lm-head execute in both cases)
@@ -108,7 +111,58 @@ def summarize(
                     }
         if ver:
             out["verify_vs_decode"] = dict(sorted(ver.items(), key=lambda kv: _num(kv[0])))
+    line = summary_line(out, ar)
+    if line is not None:
+        out["summary"] = line
     return out
+
+
+def _with_ms(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with its times also in ms (what the log and README print)."""
+    ms = {k.replace("us", "ms"): round(row[k] / 1000, 3) for k in ("us", "lower_us", "upper_us") if k in row}
+    return {**row, **ms}
+
+
+def ms(us: float) -> str:
+    """Microseconds as milliseconds with three significant figures or more (0.00321, 5.23, 812)."""
+    v = us / 1000
+    return f"{v:.0f}" if v >= 100 else f"{v:.2f}" if v >= 1 else f"{v:.3g}"
+
+
+def rate(per_s: float) -> str:
+    return f"{per_s:,.0f}" if per_s >= 100 else f"{per_s:.1f}"
+
+
+def graph_line(role: str, row: dict[str, Any]) -> str:
+    """One readable line for a graph's estimate: `decode 5.23 ms (4.90-5.61), 8.94 M cycles`."""
+    if "us" not in row:
+        return f"{role}: no estimate ({row.get('error', 'no row')})"
+    text = f"{role} {ms(row['us'])} ms"
+    if "lower_us" in row and "upper_us" in row:
+        text += f" ({ms(row['lower_us'])}-{ms(row['upper_us'])})"
+    if "cycles" in row:
+        c = row["cycles"]
+        text += f", {c / 1e6:.2f} M cycles" if c >= 1e6 else f", {c:,.0f} cycles"
+    return text
+
+
+def summary_line(est: dict[str, Any], ar: int) -> str | None:
+    """The headline figures of `summarize` in one line, or None when decode was not estimated."""
+    parts = []
+    if "decode_ms_per_token" in est:
+        t = est["decode_ms_per_token"]
+        parts.append(f"decode {ms(t * 1000)} ms/token ({rate(1000 / t)} tok/s; decode + lm-head)")
+    if "prefill_tok_per_s" in est:
+        parts.append(f"prefill {rate(est['prefill_tok_per_s'])} tok/s ({ar} rows + lm-head)")
+    if "decode_weight_bytes" in est:
+        gbs = est.get("implied_GB_per_s")
+        parts.append(
+            f"{est['decode_weight_bytes'] / 1e6:,.1f} MB of weights per token"
+            + (f" ({gbs} GB/s)" if gbs is not None else "")
+        )
+    if not parts:
+        return None
+    return ", ".join(parts) + f" [Hextimate soc {ESTIMATE_SOC}, not a phone measurement]"
 
 
 def _num(key: str) -> float:

@@ -462,7 +462,7 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
         to_compile = quantize_graphs(ck, o, graphs, seqs, peak, cache, log, progress)
 
     if o.estimate and to_compile:
-        from qhx_export.compile.estimate import estimate_graph, summarize
+        from qhx_export.compile.estimate import estimate_graph, graph_line, summarize
 
         per: dict[str, dict[str, Any]] = {}
         tick = progress("estimate (Hextimate, soc 72)", len(to_compile))
@@ -479,7 +479,7 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
                 with open(os.path.join(hit, "estimate.json")) as f:
                     res = json.load(f)
             per[role] = res
-            log(f"estimate {role}: {res} ({'cached' if hit else f'{time.monotonic() - t1:.1f}s'})")
+            log(f"estimate {graph_line(role, res)} ({'cached' if hit else f'{time.monotonic() - t1:.1f}s'})")
             tick()
         vrows = {f"est_verify_{k}": k for k in extra_verify_rows(o)}
         if o.verify_rows is not None:
@@ -487,6 +487,8 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
         o.report["estimate"] = summarize(per, decode_bytes(ck, o), o.ar, vrows)
         for k, v in o.report["estimate"].get("verify_vs_decode", {}).items():
             log(f"estimate: a {k}-row verify costs {v['cost_in_decode_steps']} decode steps")
+        if "summary" in o.report["estimate"]:
+            log(f"estimate: {o.report['estimate']['summary']}")
     if o.estimate_only:
         shutil.rmtree(work, ignore_errors=True)
         o.report["stages"]["total_s"] = round(time.monotonic() - t0, 1)
@@ -512,7 +514,7 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
 
             cfg, gsizes = write_genie(ck, out, arch, soc, o, genie, log)
             genie_paths.append(cfg)
-            sizes.update({f"{arch}/{k}": v for k, v in gsizes.items()})
+            sizes.update({os.path.relpath(os.path.join(out, k), root): v for k, v in gsizes.items()})
             if o.fmt == "genie":
                 continue
         modes = {g.mode for g in to_compile.values()}
@@ -539,7 +541,7 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
             how = "from the stage cache" if secs is None else f"compiled in {secs:.1f}s"
             log(f"{arch} {role}: {binf} ({size / 1e6:.1f} MB) {how}")
             compile_s[f"{arch}/{role}"] = round(time.monotonic() - t1, 1)
-            sizes[f"{arch}/{binf}"] = size
+            sizes[os.path.relpath(os.path.join(out, binf), root)] = size
             refs[role] = {"bin": binf}
             ent: dict[str, Any] = {"wrapper": wrapper, "precision": mode}
             if quant:
@@ -643,64 +645,15 @@ def versions() -> dict[str, str]:
     return out
 
 
-def write_report(root: str, manifests: list[str], o: HtpOptions) -> None:
-    """export-report.json and README.md at the bundle's top."""
+def write_report(root: str, manifests: list[str], o: HtpOptions, final: str | None = None) -> None:
+    """export-report.json and README.md at the bundle's top (`final`: its path once renamed)."""
+    from qhx_export.write.readme import bundle_readme, dumps
+
     r = o.report
     r["versions"] = versions()
     r["manifests"] = [os.path.relpath(m, root) for m in manifests]
     with atomic_open(os.path.join(root, "export-report.json")) as f:
-        f.write(json.dumps(r, indent=2, ensure_ascii=False).encode("utf-8") + b"\n")
-    src = r.get("source", {})
-    opt = r.get("options", {})
-    lines = [
-        f"# {o.model_name or o.name}: qhx HTP bundle ({opt.get('precision')})",
-        "",
-        f"Written by qhx-export {__version__} from `{src.get('path')}` (sha256 `{src.get('sha256')}`).",
-        "",
-        "## Options",
-        "",
-        *[f"- {k}: {v}" for k, v in opt.items()],
-        "",
-        "## Files",
-        "",
-        "| file | bytes |",
-        "|---|---|",
-        *[f"| {k} | {v:,} |" for k, v in r.get("sizes", {}).items()],
-        "",
-    ]
-    db = r.get("decode_bytes")
-    if db:
-        lines += [
-            "## Bytes per decode token",
-            "",
-            f"Layer weights {db['layer_weights']:,}, lm-head {db['lmhead_weights']:,}, "
-            f"K/V cache read at full context {db['kv_cache_read']:,}: {db['total']:,} bytes.",
-            "",
-        ]
-    for where, v in r.get("verify", {}).items():
-        from qhx_export.verify.run import table
-
-        lines += [
-            f"## Verify ({where})",
-            "",
-            "qhx_generate on the x86 HTP *simulator*, teacher-forced on the float reference's greedy "
-            "continuation (the simulator's speed says nothing about a phone's).",
-            "",
-            "```",
-            table(v),
-            "```",
-            "",
-        ]
-    est = r.get("estimate")
-    if est:
-        lines += [
-            "## Estimates (Qualcomm's cost model, not a phone measurement)",
-            "",
-            "```",
-            json.dumps(est, indent=2),
-            "```",
-            "",
-        ]
-    lines += ["Versions: " + ", ".join(f"{k} {v}" for k, v in r["versions"].items()), ""]
+        f.write(dumps(r))
+    text = bundle_readme(root, final or root, r, o.model_name or o.name)
     with atomic_open(os.path.join(root, "README.md")) as f:
-        f.write("\n".join(lines).encode("utf-8"))
+        f.write(text.encode("utf-8"))
