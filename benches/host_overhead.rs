@@ -9,12 +9,12 @@
 //! Each component is the minimum over 7 runs of the per-step mean (after one warm-up run).
 //! `--shape tiny` (a small preset) is a smoke test of the harness itself.
 //!
-//! Like `qhx_generate`, this keeps fd 1 to itself (`qhx::qnn::stdio`): the emulator, as the
+//! Like `qhx_generate`, this keeps fd 1 to itself (`qhx::os::stdio`): the emulator, as the
 //! real backend, prints a banner on stdout, which must not follow the `--json` document.
 
+use qhx::bundle::manifest::Manifest;
 use qhx::engine::{Engine, GenConfig, Next};
-use qhx::manifest::Manifest;
-use qhx::model::{LoadOptions, Model};
+use qhx::load::{LoadOptions, Model};
 use qhx::sampler::SamplerConfig;
 use serde_json::json;
 use std::io::Write;
@@ -76,7 +76,7 @@ fn cold_start(manifest: &Path, root: &Path, lib: &Path) -> Vec<(&'static str, f6
     }
     for b in bins {
         let f = std::fs::File::open(b).expect("bin");
-        let map = qhx::qnn::map_file(&f, b).expect("map");
+        let map = qhx::os::map_file(&f, b).expect("map");
         let info = qhx::qnn::read_binary_info(&rt, &map, b).expect("binary info");
         assert!(!info.graphs.is_empty());
     }
@@ -222,7 +222,7 @@ fn grammar_mask(tokenizer: &Path, vocab: usize, steps: usize) -> Vec<f64> {
 /// plain step's "lm-head output read" and is not counted again. Returns per-token
 /// milliseconds, sorted.
 fn spec_host(vocab: usize, verifies: usize) -> Vec<f64> {
-    let cfg = qhx::spec::SpecConfig::lookup();
+    let cfg = qhx::speculative::SpecConfig::lookup();
     let k = cfg.draft_max;
     let mut seed = 0x2545_F491_4F6C_DD1Du64;
     let mut next = move || {
@@ -243,7 +243,7 @@ fn spec_host(vocab: usize, verifies: usize) -> Vec<f64> {
     let mut times = Vec::with_capacity(verifies);
     while times.len() < verifies {
         let t = Instant::now();
-        let d = qhx::spec::lookup(&hist, &cfg, k);
+        let d = qhx::speculative::lookup(&hist, &cfg, k);
         let mut kept = 0;
         for (j, row) in rows.iter().enumerate().take(d.len() + 1) {
             let pick = qhx::sampler::argmax_checked(row).expect("finite logits");
@@ -275,7 +275,7 @@ pub fn main() {
 /// The harness with its arguments (also run by tests/host_overhead.rs in a child process).
 pub fn run(args: Vec<String>) {
     // Before any QNN library is loaded: what a library prints must not reach our stdout.
-    if let Err(e) = qhx::qnn::stdio::isolate_stdout(false) {
+    if let Err(e) = qhx::os::stdio::isolate_stdout(false) {
         eprintln!(
             "host-overhead: warning: cannot keep stdout private ({e}); library output may mix in"
         );
@@ -344,7 +344,8 @@ pub fn run(args: Vec<String>) {
                 }
                 let m = Manifest::load(&manifest, &sdir).expect("manifest");
                 let model = std::sync::Arc::new(
-                    Model::load(m, &lib, &lib, &LoadOptions::default()).expect("load"),
+                    qhx::load::manifest::load(m, &lib, &lib, &LoadOptions::default())
+                        .expect("load"),
                 );
                 for (sname, sp) in &samplers {
                     let sname = *sname;
@@ -374,7 +375,7 @@ pub fn run(args: Vec<String>) {
         eprintln!("host-overhead: speculation at V={mask_vocab} ({n} verifies of 8 rows)");
         (mask_vocab, spec_host(mask_vocab, n))
     };
-    let mut out = qhx::qnn::stdio::stdout();
+    let mut out = qhx::os::stdio::stdout();
     report(
         &mut out,
         json_out,

@@ -16,8 +16,9 @@ stage() {
     stage_name=$1 stage_t0=$SECONDS
     echo "== $1" >&2
 }
-stage "fmt + clippy"
+stage "fmt + clippy + import floors"
 cargo fmt --all -- --check
+scripts/check-layers.sh --self-test
 cargo clippy --workspace --all-targets --quiet -- -D warnings -D clippy::undocumented_unsafe_blocks
 
 stage "build (release, whole workspace: qhx_generate + libqnn_emu.so + libqhx.a, and the tests)"

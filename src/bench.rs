@@ -5,9 +5,9 @@
 //! Throughput is the mean ± sample standard deviation of the per-run tokens/s. Rows are
 //! printed as each test ends, in one of llama-bench's formats, with its field names.
 
-use crate::bundle::Loaded;
 use crate::engine::{Engine, GenConfig, Next};
 use crate::error::{Error, Result};
+use crate::load::Loaded;
 use serde::Serialize;
 use std::io::Write;
 use std::path::Path;
@@ -45,7 +45,7 @@ pub struct BenchConfig {
     pub allow_nonfinite: bool,
     pub cancel: crate::cancel::CancelToken,
     /// `--spec`: each generation test also runs with speculation, as a `tgN+<type>` row.
-    pub spec: Option<crate::spec::SpecConfig>,
+    pub spec: Option<crate::speculative::SpecConfig>,
 }
 
 /// Facts about the build and the loaded model that every row repeats.
@@ -110,15 +110,6 @@ pub fn backend_label(provider_name: &str, build_id: &str) -> String {
         "qnn-emu (CPU)".to_string()
     } else {
         format!("QNN {provider_name}")
-    }
-}
-
-/// `FLOAT_16` → `f16`, `UFIXED_POINT_16` → `ufixed16`: the short form for tables.
-pub fn short_dtype(qnn_name: &str) -> String {
-    let n = qnn_name.to_lowercase().replace("_point", "");
-    match n.strip_prefix("float_") {
-        Some(bits) => format!("f{bits}"),
-        None => n.replace('_', ""),
     }
 }
 
@@ -213,8 +204,8 @@ fn time_once(
     cfg: &BenchConfig,
     ids: &[u32],
     n_gen: usize,
-    spec: Option<&crate::spec::SpecConfig>,
-) -> Result<(u64, Option<crate::spec::SpecStats>)> {
+    spec: Option<&crate::speculative::SpecConfig>,
+) -> Result<(u64, Option<crate::speculative::SpecStats>)> {
     engine.reset();
     let gen = GenConfig {
         ignore_eos: true,
@@ -257,7 +248,7 @@ pub fn run(
     printer.header(info, tests)?;
     let mut rows = Vec::new();
     // Each generation test once plain and, with --spec, once speculative.
-    let runs: Vec<(usize, usize, Option<&crate::spec::SpecConfig>)> = tests
+    let runs: Vec<(usize, usize, Option<&crate::speculative::SpecConfig>)> = tests
         .iter()
         .flat_map(|&(p, g)| {
             let spec = cfg.spec.as_ref().filter(|_| g > 0);
@@ -562,8 +553,6 @@ mod tests {
         assert_eq!(human_params(134_515_008), "134.52 M");
         assert_eq!(human_params(0), "?");
         assert_eq!(csv_field("a,b"), "\"a,b\"");
-        assert_eq!(short_dtype("FLOAT_16"), "f16");
-        assert_eq!(short_dtype("UFIXED_POINT_16"), "ufixed16");
     }
 
     #[test]

@@ -61,10 +61,12 @@ pub struct BundleIds {
 impl ChatTemplate {
     /// The template from the bundle's own description (`given`, with where it came from),
     /// else the tokenizer's `tokenizer_config.json`, else `chat_template.jinja` beside the
-    /// tokenizer. `bundle` names the bundle file in errors.
+    /// tokenizer. `bundle` names the bundle file in errors; `genie` says it is a Genie
+    /// config (which carries no template of its own, so the error says where else qhx looked).
     pub fn from_sources(
         given: Option<(String, std::path::PathBuf)>,
         bundle: &Path,
+        genie: bool,
         tokenizer: &Path,
         ids: BundleIds,
         tok: Option<&Tokenizer>,
@@ -97,12 +99,6 @@ impl ChatTemplate {
                 .ok()
                 .map(|t| (t, jinja_path.clone()))
         };
-        // Only a qhx manifest has a key of its own for the template; a Genie config has none.
-        let genie = bundle.file_name().is_some_and(|n| n == "genie_config.json")
-            || std::fs::read(bundle)
-                .ok()
-                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-                .is_some_and(|v| crate::genie::looks_like_genie(&v));
         let (source, origin) = given
             .or_else(from_cfg)
             .or_else(from_file)

@@ -6,11 +6,12 @@
 //! slot `pos` is the one the next token fills.
 
 use crate::error::{Error, Result};
-use crate::model::Model;
+use crate::load::Model;
 use crate::plan::Plan;
+pub use crate::runner::StepProfile;
 use crate::runner::{Clock, Runner};
 use crate::sampler;
-use crate::spec::{Governor, SpecConfig, SpecStats};
+use crate::speculative::{Governor, SpecConfig, SpecStats};
 use crate::stats::Stats;
 use serde::Serialize;
 use std::sync::Arc;
@@ -69,39 +70,6 @@ impl GenConfig {
             cancel: Default::default(),
             spec: None,
         }
-    }
-}
-
-/// Host time per component of the decode steps run while profiling was on, in nanoseconds
-/// (sums; divide by `steps`). graphExecute time is kept apart: on a device it is NPU time.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct StepProfile {
-    pub steps: u64,
-    pub embed_ns: u64,
-    pub rope_ns: u64,
-    pub mask_ns: u64,
-    pub kv_write_ns: u64,
-    /// Decode output `y` read and lm-head input write (dtype conversions).
-    pub io_convert_ns: u64,
-    pub lmhead_read_ns: u64,
-    pub sampling_ns: u64,
-    pub execute_ns: u64,
-}
-
-impl StepProfile {
-    /// (name, ms per step) of every host component, in table order.
-    pub fn components_ms(&self) -> Vec<(&'static str, f64)> {
-        let n = self.steps.max(1) as f64;
-        let ms = |ns: u64| ns as f64 / n / 1e6;
-        vec![
-            ("embed", ms(self.embed_ns)),
-            ("rope", ms(self.rope_ns)),
-            ("mask", ms(self.mask_ns)),
-            ("kv_write", ms(self.kv_write_ns)),
-            ("io_convert", ms(self.io_convert_ns)),
-            ("lmhead_read", ms(self.lmhead_read_ns)),
-            ("sampling", ms(self.sampling_ns)),
-        ]
     }
 }
 
@@ -308,7 +276,8 @@ impl Engine {
             if let Some((sc, st, gov)) = spec.as_mut() {
                 // Drafts beyond what is still wanted would only be undone.
                 let room = cfg.n_tokens - out.len();
-                let mut d = crate::spec::lookup(&self.history, sc, sc.draft_max.min(room - 1));
+                let mut d =
+                    crate::speculative::lookup(&self.history, sc, sc.draft_max.min(room - 1));
                 while !d.is_empty() && !self.run.verifies(d.len() + 1) {
                     d.pop();
                 }

@@ -1,9 +1,20 @@
 //! qhx: an LLM runtime for the Qualcomm Hexagon NPU that runs QNN context-binary bundles.
 //!
 //! The host does what the graphs cannot: embedding lookup, RoPE tables, attention masks,
-//! KV bookkeeping, sampling and detokenization. [`model`] and [`genie`] load a bundle
-//! through QNN and resolve its graphs into a [`plan`], [`runner`] executes a plan,
-//! [`engine`] runs the token loop over it, [`qnn`] is the safe wrapper over `qnn-sys`.
+//! KV bookkeeping, sampling and detokenization. The modules stand on floors, each using
+//! only the floors below it (`scripts/check-layers.sh` holds the table and checks it):
+//!
+//! 1. leaves: [`error`], [`cancel`], [`stats`], [`sampler`], [`speculative`], [`stop`],
+//!    [`grammar`], [`tokenizer`], [`chat`], [`tools`], [`envcheck`], `ops::convert`, and
+//!    [`os`] (file maps, stdio);
+//! 2. [`qnn`]: the safe wrapper over `qnn-sys`;
+//! 3. [`bundle`]: the description (a qhx manifest or a Genie config), no QNN;
+//! 4. [`ops`] (embedding, RoPE, masks) and [`kv`];
+//! 5. [`plan`]: the graphs resolved, one form for both bundle kinds;
+//! 6. [`load`] (the loaders) and [`runner`] (executes a plan);
+//! 7. [`engine`]: the token loop;
+//! 8. [`text`], [`reasoning`]: text, stops and think blocks over the engine;
+//! 9. [`bench`], [`interactive`]; 10. [`cli`] and the binaries.
 
 #![deny(unsafe_code)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -16,21 +27,22 @@ pub mod cli;
 pub mod engine;
 pub mod envcheck;
 pub mod error;
-pub mod genie;
 pub mod grammar;
 pub mod interactive;
 pub mod kv;
-pub mod manifest;
-pub mod model;
+pub mod load;
 pub mod ops;
 pub mod plan;
-// The one module allowed `unsafe`: the safe wrapper over qnn-sys.
+// The two modules allowed `unsafe`: the safe wrapper over qnn-sys, and the OS edge
+// (file maps, stdio descriptors).
+#[allow(unsafe_code)]
+pub mod os;
 #[allow(unsafe_code)]
 pub mod qnn;
 pub mod reasoning;
 pub mod runner;
 pub mod sampler;
-pub mod spec;
+pub mod speculative;
 pub mod stats;
 pub mod stop;
 pub mod text;

@@ -5,13 +5,13 @@
 //! Per one-token step the host writes one token row, one RoPE row, one mask slot (or a
 //! step's whole mask when the plan has no persistent one) and one K/V row per layer.
 
-use crate::engine::StepProfile;
 use crate::error::{Error, Result};
 use crate::kv::{clear_rows, copy_rows};
 use crate::ops::convert::Typed;
 use crate::ops::{mask, rope::RopeTable};
 use crate::plan::{KvTensor, MaskSpec, Pad, Plan, Sink, Source};
 use crate::qnn::BindingSet;
+use serde::Serialize;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -786,6 +786,39 @@ impl Runner {
             mask::set_slots(&mut m, &spec, at, n.min(len - at), visible)?;
         }
         Ok(())
+    }
+}
+
+/// Host time per component of the decode steps run while profiling was on, in nanoseconds
+/// (sums; divide by `steps`). graphExecute time is kept apart: on a device it is NPU time.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StepProfile {
+    pub steps: u64,
+    pub embed_ns: u64,
+    pub rope_ns: u64,
+    pub mask_ns: u64,
+    pub kv_write_ns: u64,
+    /// Decode output `y` read and lm-head input write (dtype conversions).
+    pub io_convert_ns: u64,
+    pub lmhead_read_ns: u64,
+    pub sampling_ns: u64,
+    pub execute_ns: u64,
+}
+
+impl StepProfile {
+    /// (name, ms per step) of every host component, in table order.
+    pub fn components_ms(&self) -> Vec<(&'static str, f64)> {
+        let n = self.steps.max(1) as f64;
+        let ms = |ns: u64| ns as f64 / n / 1e6;
+        vec![
+            ("embed", ms(self.embed_ns)),
+            ("rope", ms(self.rope_ns)),
+            ("mask", ms(self.mask_ns)),
+            ("kv_write", ms(self.kv_write_ns)),
+            ("io_convert", ms(self.io_convert_ns)),
+            ("lmhead_read", ms(self.lmhead_read_ns)),
+            ("sampling", ms(self.sampling_ns)),
+        ]
     }
 }
 

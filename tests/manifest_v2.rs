@@ -24,9 +24,9 @@ fn stack_io(past: bool) -> (Value, Value) {
 /// The lm-head's tensor names, read from its binary through the library (schema 1 takes
 /// its one input and output whatever they are called; schema 2 names them).
 fn head_names(manifest: &Path, root: &Path) -> (String, String) {
-    let m = qhx::manifest::Manifest::load(manifest, root).expect("manifest");
+    let m = qhx::bundle::manifest::Manifest::load(manifest, root).expect("manifest");
     let lib = emu();
-    let model = qhx::model::Model::load(m, &lib, &lib, &Default::default()).expect("load");
+    let model = qhx::load::manifest::load(m, &lib, &lib, &Default::default()).expect("load");
     let head = model
         .plan
         .head

@@ -1,7 +1,7 @@
 //! Our RoPE tables against HF transformers' rotary embedding (tests/goldens/rope.json, made by
 //! scripts/goldens.py): plain theta (SmolLM2 1e5, Qwen2 1e4) and llama3-scaled (Llama 3.2).
 
-use qhx::manifest::RopeScaling;
+use qhx::bundle::manifest::RopeScaling;
 use qhx::ops::rope::RopeTable;
 
 #[test]

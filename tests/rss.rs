@@ -5,9 +5,9 @@
 
 mod common;
 
+use qhx::bundle::manifest::Manifest;
 use qhx::engine::{Engine, GenConfig, Next};
-use qhx::manifest::Manifest;
-use qhx::model::{LoadOptions, Model};
+use qhx::load::LoadOptions;
 use qnn_emu::writer::SynthSpec;
 
 /// Resident bytes of the mappings `/proc/self/maps` lists, counted page by page with
@@ -77,8 +77,9 @@ fn rss_is_flat_over_200_generations_and_200_turns() {
     let (dir, m) = common::bundle("rss", &SynthSpec::default());
     let lib = common::emu();
     let manifest = Manifest::load(&m, &dir).unwrap();
-    let model =
-        std::sync::Arc::new(Model::load(manifest, &lib, &lib, &LoadOptions::default()).unwrap());
+    let model = std::sync::Arc::new(
+        qhx::load::manifest::load(manifest, &lib, &lib, &LoadOptions::default()).unwrap(),
+    );
     let cfg = GenConfig::greedy(8);
     let prompts = ["hello there", "a", "the quick brown fox", "rss"];
     let run = |engine: &mut Engine, i: usize| {

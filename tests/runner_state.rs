@@ -6,8 +6,9 @@
 mod common;
 
 use common::*;
-use qhx::bundle::{Loaded, Spec};
-use qhx::model::LoadOptions;
+use qhx::bundle::Spec;
+use qhx::load::LoadOptions;
+use qhx::load::Loaded;
 use qhx::runner::Runner;
 use qnn_emu::writer::{write_genie_bundle, SynthSpec};
 use std::path::Path;

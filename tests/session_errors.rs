@@ -5,7 +5,7 @@
 mod common;
 
 use qhx::engine::{Engine, GenConfig, Next};
-use qhx::model::Model;
+use qhx::load::Model;
 use qhx::qnn::Runtime;
 use qnn_emu::writer::SynthSpec;
 use std::sync::{Arc, Barrier};

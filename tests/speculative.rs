@@ -226,8 +226,8 @@ fn sampled_output_keeps_its_distribution() {
     let (d, m) = bundle("spec-dist", &chunked());
     let lib = emu();
     let spec = qhx::bundle::Spec::load(&m, &d).unwrap();
-    let loaded = qhx::bundle::Loaded::load(&spec, &lib, &lib, &Default::default()).unwrap();
-    let mut engine: Engine = loaded.engine().unwrap();
+    let loaded = qhx::load::Loaded::load(&spec, &lib, &lib, &Default::default()).unwrap();
+    let mut engine: Engine = Engine::new(loaded.model()).unwrap();
     let tok = loaded.tokenizer();
     let base = tok.encode("abc ab", loaded.model().bos).unwrap();
     let greedy = engine
@@ -245,7 +245,7 @@ fn sampled_output_keeps_its_distribution() {
             Ok(Next::Continue)
         })
         .unwrap();
-    let mut joint = |spec: Option<qhx::spec::SpecConfig>| {
+    let mut joint = |spec: Option<qhx::speculative::SpecConfig>| {
         let mut counts: BTreeMap<Vec<u32>, u64> = BTreeMap::new();
         let (mut verifies, mut accepted) = (0, 0);
         for seed in 0..runs {
@@ -272,7 +272,7 @@ fn sampled_output_keeps_its_distribution() {
         (counts, verifies, accepted)
     };
     let (plain, _, _) = joint(None);
-    let (spec, verifies, accepted) = joint(Some(qhx::spec::SpecConfig::lookup()));
+    let (spec, verifies, accepted) = joint(Some(qhx::speculative::SpecConfig::lookup()));
     assert!(
         verifies > runs as usize / 10 && accepted > runs as usize / 20,
         "{verifies} verifies, {accepted} kept"

@@ -9,11 +9,12 @@
 mod common;
 
 use common::*;
-use qhx::bundle::{Loaded, Spec};
+use qhx::bundle::Spec;
 use qhx::chat::Message;
 use qhx::engine::{FinishReason, GenConfig};
 use qhx::grammar::{self, Vocab};
-use qhx::model::LoadOptions;
+use qhx::load::LoadOptions;
+use qhx::load::Loaded;
 use qhx::sampler::SamplerConfig;
 use qhx::text::{TextDriver, TextOptions};
 use serde_json::json;
@@ -119,7 +120,7 @@ fn every_output_validates_against_its_schema_greedy_and_sampled() {
     let vocab =
         Arc::new(Vocab::load(spec.tokenizer_path(), spec.vocab(), spec.declared_eos()[0]).unwrap());
     let tmpl = spec.chat_template(Some(model.tokenizer())).unwrap();
-    let mut engine = model.engine().unwrap();
+    let mut engine = qhx::engine::Engine::new(model.model()).unwrap();
     let mut failures = Vec::new();
     let mut runs = 0;
     for (what, schema) in schemas() {

@@ -3,12 +3,13 @@
 //! types and results back into C.
 
 use crate::abi::{self, Status};
-use qhx_core::bundle::{Loaded, Spec};
+use qhx_core::bundle::Spec;
 use qhx_core::cancel::{CancelToken, Poll};
 use qhx_core::chat::{ChatTemplate, Message};
 use qhx_core::engine::{Engine, FinishReason, GenConfig};
 use qhx_core::grammar::{self, Vocab};
-use qhx_core::model::LoadOptions;
+use qhx_core::load::LoadOptions;
+use qhx_core::load::Loaded;
 use qhx_core::qnn::Runtime;
 use qhx_core::reasoning;
 use qhx_core::sampler::{SamplerConfig, WHOLE_CONTEXT};
@@ -84,7 +85,7 @@ impl RuntimeHandle {
             ("libQnnHtp.so", "libQnnSystem.so")
         };
         let opts = LoadOptions::default();
-        let (rt, _note, _warnings) = qhx_core::model::open_runtime(
+        let (rt, _note, _warnings) = qhx_core::load::open_runtime(
             Path::new(htp.unwrap_or(htp_default)),
             None,
             Path::new(system.unwrap_or(sys_default)),
@@ -269,7 +270,7 @@ pub struct SessionHandle {
 
 impl SessionHandle {
     pub fn create(model: &Arc<ModelHandle>) -> Result<SessionHandle> {
-        let engine = model.loaded.engine()?;
+        let engine = qhx_core::engine::Engine::new(model.loaded.model())?;
         Ok(SessionHandle {
             model: Arc::clone(model),
             cancel: CancelToken::new(),

@@ -316,7 +316,8 @@ def run(argv: Sequence[str] | None) -> list[str]:
 
 def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
     from qhx_export.write.files import staged_dir
-    from qhx_export.write.htp import HtpOptions, write_bundle, write_report
+    from qhx_export.write.htp import write_bundle, write_report
+    from qhx_export.write.options import HtpOptions
 
     for opt, val in (
         ("--io", a.io is not None),

@@ -10,11 +10,11 @@
 #![forbid(unsafe_code)]
 
 use anyhow::{Context as _, Result};
-use qhx::bundle::Loaded;
 use qhx::cancel::CancelToken;
 use qhx::cli::generate::{first_mismatch, map_argv, Args, Mode, Prompt, Request};
 use qhx::cli::report::{print_banner, print_prompt};
 use qhx::engine::FinishReason;
+use qhx::load::Loaded;
 use qhx::text::{TextDriver, TextSink, WriteSink};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -46,7 +46,7 @@ fn main() -> ExitCode {
         Err(code) => return code,
     };
     // Before any QNN library is loaded: what a library prints must not reach our stdout.
-    if let Err(e) = qhx::qnn::stdio::isolate_stdout(args.verbose > 0) {
+    if let Err(e) = qhx::os::stdio::isolate_stdout(args.verbose > 0) {
         qhx::elog!(
             "qhx_generate: warning: cannot keep stdout private ({e}); library output may mix in"
         );
@@ -83,9 +83,9 @@ fn run(args: Args, cancel: CancelToken) -> Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_CANCELLED));
     }
     let model = loaded.context("loading the bundle")?;
-    let mut engine = model.engine().context("binding graph I/O")?;
+    let mut engine = qhx::engine::Engine::new(model.model()).context("binding graph I/O")?;
     print_banner(&req, &model, &engine);
-    let mut out = qhx::qnn::stdio::stdout();
+    let mut out = qhx::os::stdio::stdout();
     match &req.mode {
         Mode::Bench { cfg, format } => {
             let (tests, warnings) = qhx::bench::plan(cfg, model.max_ctx());

@@ -43,7 +43,7 @@ fn main() -> ExitCode {
         Err(code) => return code,
     };
     // Before any QNN library is loaded: what a library prints must not reach our stdout.
-    if let Err(e) = qhx::qnn::stdio::isolate_stdout(false) {
+    if let Err(e) = qhx::os::stdio::isolate_stdout(false) {
         qhx::elog!(
             "qhx_inspect: warning: cannot keep stdout private ({e}); library output may mix in"
         );
@@ -146,7 +146,7 @@ fn inspect_one(libs: &Libs, bin: &Path) -> Result<(usize, BinaryInfo)> {
 /// What a tensor is probably for: its meaning under the manifest or Genie naming contract
 /// (the names the loaders resolve), else a guess from common export names.
 fn role_guess(t: &TensorDesc, input: bool, graph_has_past: bool) -> &'static str {
-    if let Some(role) = qhx::plan::contract_role(&t.name, input) {
+    if let Some(role) = qhx::plan::contract::contract_role(&t.name, input) {
         return role;
     }
     let n = t.name.to_lowercase();
@@ -315,7 +315,7 @@ fn run(args: &Args) -> Result<ExitCode> {
     };
     let mut docs = Vec::new();
     let mut errors = Vec::new();
-    let mut out = qhx::qnn::stdio::stdout();
+    let mut out = qhx::os::stdio::stdout();
     for bin in &args.bins {
         match inspect_one(&libs, bin) {
             Ok((size, info)) => {

@@ -6,11 +6,12 @@
 
 use super::{usage, SamplingArgs};
 use crate::bench::{BenchConfig, Format};
-use crate::bundle::{Loaded, Spec};
+use crate::bundle::Spec;
 use crate::cancel::CancelToken;
 use crate::chat::Message;
 use crate::engine::GenConfig;
-use crate::model::{ContextLoad, LoadOptions};
+use crate::load::Loaded;
+use crate::load::{ContextLoad, LoadOptions};
 use crate::qnn::PerfMode;
 use crate::reasoning;
 use crate::sampler::SamplerConfig;
@@ -81,7 +82,7 @@ pub struct Args {
     /// chunked prefill, a Genie AR-N variant). Greedy output is unchanged; sampled output
     /// keeps its distribution. With --bench, each tg test also runs as a `tgN+lookup` row.
     #[arg(long, value_name = "lookup", value_parser = parse_spec)]
-    pub spec: Option<crate::spec::DraftKind>,
+    pub spec: Option<crate::speculative::DraftKind>,
     /// Most drafted tokens per verify (--spec) [default: 8; the verify step's rows less one
     /// bound it too].
     #[arg(long, value_name = "N", requires = "spec", value_parser = parse_n_tokens)]
@@ -96,7 +97,7 @@ pub struct Args {
     /// from the executes' wall times; a number: R as given (e.g. the exporter's --estimate
     /// of the verify and decode graphs); `off`: verify every draft [default: measure].
     #[arg(long, value_name = "measure|R|off", requires = "spec", value_parser = parse_adaptive)]
-    pub spec_adaptive: Option<crate::spec::Adaptive>,
+    pub spec_adaptive: Option<crate::speculative::Adaptive>,
     /// Shortest and longest suffix, in tokens, that prompt lookup matches (--spec lookup;
     /// vLLM's prompt_lookup_min / _max) [default: 2 and 4].
     #[arg(long, value_name = "N", requires = "spec", value_parser = parse_n_tokens)]
@@ -230,8 +231,8 @@ fn parse_list(s: &str) -> std::result::Result<usize, String> {
         .map_err(|_| format!("{s:?} is not a whole number of tokens"))
 }
 
-fn parse_adaptive(s: &str) -> std::result::Result<crate::spec::Adaptive, String> {
-    use crate::spec::Adaptive;
+fn parse_adaptive(s: &str) -> std::result::Result<crate::speculative::Adaptive, String> {
+    use crate::speculative::Adaptive;
     match s {
         "measure" => Ok(Adaptive::Measure),
         "off" => Ok(Adaptive::Off),
@@ -244,9 +245,9 @@ fn parse_adaptive(s: &str) -> std::result::Result<crate::spec::Adaptive, String>
     }
 }
 
-fn parse_spec(s: &str) -> std::result::Result<crate::spec::DraftKind, String> {
+fn parse_spec(s: &str) -> std::result::Result<crate::speculative::DraftKind, String> {
     match s {
-        "lookup" => Ok(crate::spec::DraftKind::Lookup),
+        "lookup" => Ok(crate::speculative::DraftKind::Lookup),
         _ => Err(format!("--spec {s:?}: expected lookup")),
     }
 }
@@ -325,7 +326,7 @@ pub struct Request {
     pub allow_nonfinite: bool,
     pub ignore_eos: bool,
     /// `--spec`: speculative decoding settings.
-    pub spec: Option<crate::spec::SpecConfig>,
+    pub spec: Option<crate::speculative::SpecConfig>,
     /// Structured output: the grammar or schema, with the tokenizer's vocabulary read for it.
     pub grammar: Option<(std::sync::Arc<crate::grammar::Vocab>, crate::grammar::Spec)>,
     /// `--tools`: offered through the chat template; `--json` reports the parsed calls.
@@ -682,8 +683,8 @@ impl Request {
             _ => false,
         };
         let spec = args.spec.map(|kind| {
-            let d = crate::spec::SpecConfig::lookup();
-            crate::spec::SpecConfig {
+            let d = crate::speculative::SpecConfig::lookup();
+            crate::speculative::SpecConfig {
                 kind,
                 draft_max: args.draft_max.unwrap_or(d.draft_max),
                 draft_min: args.draft_min.unwrap_or(d.draft_min),
@@ -989,7 +990,8 @@ fn resolve_manifest(
     system: &Path,
     notes: &mut Vec<String>,
 ) -> Result<(PathBuf, PathBuf)> {
-    use crate::bundle::{bundle_dir, device_arch, pick_arch, BundleDir};
+    use crate::bundle::{bundle_dir, pick_arch, BundleDir};
+    use crate::load::device_arch;
     if !given.is_dir() {
         return Ok((given.to_path_buf(), root));
     }

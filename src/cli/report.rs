@@ -2,8 +2,8 @@
 //! load details and the sampler chain.
 
 use super::generate::{Mode, Request};
-use crate::bundle::Loaded;
 use crate::engine::Engine;
+use crate::load::Loaded;
 
 /// The banner (unless --quiet), environment warnings, and at -v the details.
 pub fn print_banner(req: &Request, loaded: &Loaded, engine: &Engine) {

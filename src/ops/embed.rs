@@ -1,7 +1,7 @@
 //! The host embedding table: a memory-mapped raw [vocab, hidden] array of f16 or f32.
 
+use crate::bundle::manifest::EmbedDtype;
 use crate::error::{Error, Result};
-use crate::manifest::EmbedDtype;
 use crate::ops::convert::TypedMut;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
@@ -39,7 +39,7 @@ impl EmbedTable {
                 ),
             });
         }
-        let map = crate::qnn::map_file(&file, path)?;
+        let map = crate::os::map_file(&file, path)?;
         Ok(EmbedTable {
             map,
             dtype,
@@ -71,8 +71,8 @@ impl EmbedTable {
         let es = self.dtype.size();
         let bytes = &self.map[t * h * es..(t + 1) * h * es];
         let (v16, v32) = (
-            crate::qnn::bytes_as_f16(bytes),
-            crate::qnn::bytes_as_f32(bytes),
+            crate::os::bytes_as_f16(bytes),
+            crate::os::bytes_as_f32(bytes),
         );
         match (self.dtype, dst) {
             // Same element type: a straight copy of the row.

@@ -8,7 +8,31 @@
 
 use crate::error::{Error, Result};
 use crate::ops::convert::TypedMut;
-use crate::plan::{MaskSpec, MaskStyle};
+
+/// How a mask's values are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaskStyle {
+    /// Added to attention scores: 0 where visible, the most negative value the element type
+    /// carries where hidden (quantized like any other value).
+    Additive,
+    /// Genie's convention: float 0 / -1000, fixed-point raw codes max (visible) / 0.
+    Genie,
+}
+
+/// Geometry of a mask input: `rows` (the step's tokens) by `past` cache columns, then,
+/// when `own`, the step's own `rows` columns (causal among themselves).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaskSpec {
+    pub past: usize,
+    pub own: bool,
+    pub style: MaskStyle,
+    /// A one-row mask over cache slots kept across steps: slots open as rows enter the
+    /// cache and close on rewind, so a step writes O(1) of it instead of O(C).
+    pub persistent: bool,
+    /// Sliding-window attention: a token sees only the `window` positions ending at
+    /// itself (HF's `kv > q - window`). A persistent one closes one slot per token.
+    pub window: Option<usize>,
+}
 
 /// Genie's "masked" value in float masks. Not -inf: graphs built for Genie may test
 /// `mask < -500` or add the mask before a floor, and on the HTP an fp16 -inf there gave

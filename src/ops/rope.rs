@@ -4,7 +4,7 @@
 //! `theta ** (2i/d)`, optional llama3 frequency scaling, angle = inv_freq * pos, then
 //! cos/sin), so the tables match the reference bit for bit or within an ulp.
 
-use crate::manifest::RopeScaling;
+use crate::bundle::manifest::RopeScaling;
 
 pub struct RopeTable {
     head_dim: usize,

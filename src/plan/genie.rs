@@ -12,8 +12,8 @@ use super::{
     dims4, Admit, At, KvTensor, LayerKv, MaskSpec, MaskStyle, Pad, Plan, RopeSpec, Sink, Source,
     Split, Step,
 };
+use crate::bundle::genie::Resolved;
 use crate::error::{Error, Result};
-use crate::genie::config::Resolved;
 use crate::kv::{KvLayout, KvShape};
 use crate::qnn::{GraphDesc, TensorDesc};
 use std::collections::BTreeMap;

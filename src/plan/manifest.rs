@@ -8,11 +8,11 @@ use super::{
     Admit, At, Head, KvTensor, LayerKv, LayerState, MaskSpec, MaskStyle, Pad, Plan, RopeSpec, Sink,
     Source, Split, Step,
 };
+use crate::bundle::manifest::layers::{LayerType, StateNames};
+use crate::bundle::manifest::GraphRole;
+use crate::bundle::manifest::{GraphRef, Manifest};
 use crate::error::{Error, Result};
 use crate::kv::KvShape;
-use crate::manifest::layers::{LayerType, StateNames};
-use crate::manifest::{GraphRef, Manifest};
-use crate::model::GraphRole;
 use crate::ops::embed::EmbedTable;
 use crate::qnn::{GraphDesc, TensorDesc};
 

@@ -1,7 +1,7 @@
 //! Reading context-binary metadata through libQnnSystem and deep-copying it.
 
-use super::check;
 use super::runtime::Runtime;
+use super::status::check;
 use crate::error::{Error, Result};
 use crate::ops::convert::Quant;
 use qnn_sys::*;
@@ -432,11 +432,26 @@ pub fn read_binary_info_with(
     })
 }
 
+/// `FLOAT_16` → `f16`, `UFIXED_POINT_16` → `ufixed16`: the short form for tables.
+pub fn short_dtype(qnn_name: &str) -> String {
+    let n = qnn_name.to_lowercase().replace("_point", "");
+    match n.strip_prefix("float_") {
+        Some(bits) => format!("f{bits}"),
+        None => n.replace('_', ""),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! `guess_stride` on synthetic binary-info arrays of every struct size QNN has used, with
     //! the field values that fooled the version-tag probe (review of 560418f).
     use super::*;
+
+    #[test]
+    fn short_dtype_names() {
+        assert_eq!(short_dtype("FLOAT_16"), "f16");
+        assert_eq!(short_dtype("UFIXED_POINT_16"), "ufixed16");
+    }
 
     const NAME: u64 = 0x7f12_3456_0000;
     const ARRAY: u64 = 0x7f12_3460_0000;

@@ -7,7 +7,8 @@
 use super::binary::{GraphDesc, TensorDesc};
 use super::context::{Context, Graph};
 use super::runtime::Runtime;
-use crate::error::Result;
+use super::status::check;
+use crate::error::{Error, Result};
 use crate::ops::convert::{Quant, Typed, TypedMut};
 use qnn_sys::{dtype, mem_type, QnnTensor, QNN_TENSOR_VERSION_1, QNN_TENSOR_VERSION_2};
 use std::ffi::CString;
@@ -206,7 +207,7 @@ impl Drop for Binding {
                 // the graph is not executing (we hold &mut self).
                 let s = unsafe { f(self.mem.as_ptr(), self.mem.len() as u32) };
                 let what = || format!("deregistering the I/O memory of graph {}", self.desc.name);
-                if let Err(e) = super::check(s, what) {
+                if let Err(e) = check(s, what) {
                     ctx.runtime().record_release_error(e);
                 }
             }
@@ -347,7 +348,7 @@ impl Binding {
             // SAFETY: a live context; one descriptor whose dims outlive the call; one
             // handle slot.
             let s = unsafe { register(ctx.handle(), &desc_m, 1, &mut h) };
-            if let Err(e) = super::check(s, || {
+            if let Err(e) = check(s, || {
                 format!(
                     "memRegister of the rpcmem buffer of tensor {} of graph {}",
                     t.name, desc.name
@@ -422,7 +423,7 @@ impl Binding {
                 let mut h: qnn_sys::QnnMemHandle = std::ptr::null_mut();
                 // SAFETY: a live context; one descriptor whose dims outlive the call.
                 let s = unsafe { register(ctx.handle(), &d, 1, &mut h) };
-                super::check(s, || {
+                check(s, || {
                     format!(
                         "registering the shared cache buffer {} of graph {}",
                         a.name, self.desc.name
@@ -571,5 +572,43 @@ impl BindingSet {
     /// True when every binding's I/O is registered rpcmem (zero-copy).
     pub fn all_shared(&self) -> bool {
         self.all.iter().all(Binding::is_shared)
+    }
+}
+// graphExecute lives beside the binding it reads: the context module only creates graphs.
+impl Graph {
+    /// Execute with the binding's persistent tensors. The binding must be one built for
+    /// this graph (same descriptor name; same graph handle when built by
+    /// [`Binding::for_graph`]): another graph's tensors would reach C with the wrong ids
+    /// and sizes. `&mut Binding` keeps one binding out of two executions at once; the
+    /// graph's own lock keeps two bindings of one graph from executing at once.
+    pub fn execute(&self, b: &mut Binding) -> Result<()> {
+        if b.desc.name != self.name || b.graph_id().is_some_and(|id| id != self.id()) {
+            return Err(Error::graph(
+                &self.name,
+                format!(
+                    "cannot execute with a binding built for graph {} (another graph or context)",
+                    b.desc.name
+                ),
+            ));
+        }
+        let (ni, no) = (b.inputs.len() as u32, b.outputs.len() as u32);
+        let _running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: the graph handle is live (we hold its context); the tensor arrays are
+        // contiguous Qnn_Tensor_t (stride 144) whose names, dims and buffers the binding
+        // owns and keeps alive; output buffers are writable and exactly sized.
+        let s = unsafe {
+            (self.execute)(
+                self.handle,
+                b.inputs.as_ptr(),
+                ni,
+                b.outputs.as_mut_ptr(),
+                no,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        check(s, || {
+            format!("executing graph {} ({})", self.name, self.ctx.bin.display())
+        })
     }
 }

@@ -1,8 +1,7 @@
 //! Contexts created from binaries, and graphs retrieved from them.
 
-use super::buffer::Binding;
-use super::check;
 use super::runtime::Runtime;
+use super::status::check;
 use crate::error::{Error, Result};
 use qnn_sys::*;
 use std::ffi::CString;
@@ -105,13 +104,13 @@ impl Drop for Context {
 
 pub struct Graph {
     pub(crate) ctx: Arc<Context>,
-    handle: QnnGraphHandle,
-    execute: GraphExecuteFn,
+    pub(super) handle: QnnGraphHandle,
+    pub(super) execute: GraphExecuteFn,
     pub name: String,
     /// Held during graphExecute: QNN does not promise that one graph may run on two
     /// threads at once, so executions of one graph are serialised (uncontended in a
     /// single-threaded loop: one atomic swap per execute).
-    running: std::sync::Mutex<()>,
+    pub(super) running: std::sync::Mutex<()>,
 }
 
 // SAFETY: a graph handle may be used from any thread (QNN handles are process-wide); the
@@ -125,41 +124,5 @@ impl Graph {
     /// The graph's handle as an identity (bindings record which graph they were built for).
     pub(crate) fn id(&self) -> usize {
         self.handle as usize
-    }
-
-    /// Execute with the binding's persistent tensors. The binding must be one built for
-    /// this graph (same descriptor name; same graph handle when built by
-    /// [`Binding::for_graph`]): another graph's tensors would reach C with the wrong ids
-    /// and sizes. `&mut Binding` keeps one binding out of two executions at once; the
-    /// graph's own lock keeps two bindings of one graph from executing at once.
-    pub fn execute(&self, b: &mut Binding) -> Result<()> {
-        if b.desc.name != self.name || b.graph_id().is_some_and(|id| id != self.id()) {
-            return Err(Error::graph(
-                &self.name,
-                format!(
-                    "cannot execute with a binding built for graph {} (another graph or context)",
-                    b.desc.name
-                ),
-            ));
-        }
-        let (ni, no) = (b.inputs.len() as u32, b.outputs.len() as u32);
-        let _running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        // SAFETY: the graph handle is live (we hold its context); the tensor arrays are
-        // contiguous Qnn_Tensor_t (stride 144) whose names, dims and buffers the binding
-        // owns and keeps alive; output buffers are writable and exactly sized.
-        let s = unsafe {
-            (self.execute)(
-                self.handle,
-                b.inputs.as_ptr(),
-                ni,
-                b.outputs.as_mut_ptr(),
-                no,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
-        };
-        check(s, || {
-            format!("executing graph {} ({})", self.name, self.ctx.bin.display())
-        })
     }
 }

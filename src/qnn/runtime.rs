@@ -1,6 +1,6 @@
 //! The QNN runtime: loaded libraries plus the log, backend and device handles.
 
-use super::check;
+use super::status::check;
 use crate::error::{Error, Result};
 use qnn_sys::*;
 use std::ffi::CStr;

@@ -295,13 +295,13 @@ pub fn load_on(
     rt: &std::sync::Arc<qhx::qnn::Runtime>,
     tag: &str,
     spec: &SynthSpec,
-) -> std::sync::Arc<qhx::model::Model> {
+) -> std::sync::Arc<qhx::load::Model> {
     let (dir, m) = bundle(tag, spec);
-    let manifest = qhx::manifest::Manifest::load(&m, &dir).expect("manifest");
+    let manifest = qhx::bundle::manifest::Manifest::load(&m, &dir).expect("manifest");
     let lib = emu();
-    let opts = qhx::model::LoadOptions {
+    let opts = qhx::load::LoadOptions {
         runtime: Some(std::sync::Arc::clone(rt)),
         ..Default::default()
     };
-    std::sync::Arc::new(qhx::model::Model::load(manifest, &lib, &lib, &opts).expect("load"))
+    std::sync::Arc::new(qhx::load::manifest::load(manifest, &lib, &lib, &opts).expect("load"))
 }

@@ -39,7 +39,7 @@ from qhx_export.read.base import Checkpoint
 from qhx_export.write.files import atomic_open
 
 if TYPE_CHECKING:
-    from qhx_export.write.htp import HtpOptions
+    from qhx_export.write.options import HtpOptions
 
 Log = Callable[[str], None]
 Progress = Callable[[str, int], Callable[[], None]]
@@ -170,7 +170,7 @@ def prepare_genie(
 ) -> list[GenieGraph]:
     """The graphs of the Genie bundle, float (fp16) or calibrated and QDQ-quantized, ready to
     compile for any arch."""
-    from qhx_export.write.htp import MIXED_PEAK
+    from qhx_export.write.options import MIXED_PEAK
 
     c = ck.config
     graphs = plan(c.n_layers, o.ar, o.ctx, o.genie_splits)

@@ -19,7 +19,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -33,38 +33,11 @@ from qhx_export.read.base import Checkpoint
 from qhx_export.write import lfm2_layout
 from qhx_export.write.emu import generated_weights, layers_section
 from qhx_export.write.files import atomic_open
+from qhx_export.write.options import MIXED_PEAK, HtpOptions
 
 Log = Callable[[str], None]
 Progress = Callable[[str, int], Callable[[], None]]
 NORM_PEAK = 128.0  # RMSNorm inputs are scaled so the largest |x| seen is at most this (x^2 < 65504)
-
-
-@dataclass
-class HtpOptions:
-    name: str
-    arches: list[str]
-    per_arch_dirs: bool = False
-    soc: int | None = None
-    precision: str = "fp16"
-    ctx: int = 512
-    ar: int = 64
-    prefill: str = "window"
-    kv_dtype: str = "f16"
-    kv_layout: str = "pos_major"  # K/V graph I/O: pos_major [rows, K] | head_major [n_kv, rows, Dh]
-    calib: str | None = None
-    calib_steps: int = 512  # decode / verify / lm-head calibration executes, spread over the sequences
-    cache_dir: str | None = None  # the stage cache (qhx_export.cache); None: no cache
-    keep_onnx: bool = False
-    estimate: bool = False
-    verify_rows: int | None = None  # also a K-row verify graph over the decode cache (--spec)
-    estimate_verify: list[int] = field(default_factory=list)  # verify row counts only estimated
-    estimate_only: bool = False  # the cost model's report, no bundle
-    fp16_weights: tuple[str, ...] = ()  # quantized precisions: weight kinds kept fp16
-    fmt: str = "qhx"  # qhx | genie | both
-    genie_splits: int = 1  # Genie graphs per (AR, CL) variant
-    model_name: str | None = None
-    layout: str = "qhx"  # qhx, or an LFM2 runner form (qhx_export.write.lfm2_layout)
-    report: dict[str, Any] = field(default_factory=dict)  # filled while writing
 
 
 def soc_for(o: HtpOptions, arch: str) -> int:
@@ -181,9 +154,6 @@ def stream_scales(ck: Checkpoint, peak: float) -> tuple[float, float]:
         return 1.0, 1.0
     k = max(0, math.ceil(math.log2(peak / STREAM_PEAK))) if peak > STREAM_PEAK else 0
     return 2.0**-k, 0.125
-
-
-MIXED_PEAK = 1024.0  # a residual stream wider than this keeps its adds and norms in fp16
 
 
 def quantize_graphs(

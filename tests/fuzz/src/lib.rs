@@ -6,8 +6,8 @@
 //! (scripts/fuzz.sh points it at `target/release/libqnn_emu.so`).
 
 use qhx::engine::{Engine, GenConfig, Next};
-use qhx::manifest::{EmbedDtype, Manifest};
-use qhx::model::{LoadOptions, Model};
+use qhx::bundle::manifest::{EmbedDtype, Manifest};
+use qhx::load::{LoadOptions, Model};
 use qhx::ops::convert::TypedMut;
 use qhx::ops::embed::EmbedTable;
 use qhx::qnn::{self, SystemLibrary};
@@ -125,7 +125,7 @@ fn load_prompt_model() -> Model {
     let m = qnn_emu::writer::write_bundle(&dir, &spec).expect("write bundle");
     let manifest = Manifest::load(&m, &dir).expect("manifest");
     let lib = emu_lib();
-    Model::load(manifest, &lib, &lib, &LoadOptions::default()).expect("load model")
+    qhx::load::manifest::load(manifest, &lib, &lib, &LoadOptions::default()).expect("load model")
 }
 
 /// The prompt path: bytes (lossily as text) through the tokenizer and the token loop with
@@ -334,11 +334,11 @@ fn perturb(graphs: &mut Vec<qnn::GraphDesc>, kind: u8, at: u8) {
 /// `genie_config.json`: the first 8 bytes shape synthetic graph metadata (layers, heads,
 /// head dim, vocabulary, context, variants, splits, and one optional perturbation), the
 /// rest is the config text. The config is parsed and resolved, then checked against the
-/// graphs as `qhx::genie::load` checks a bundle. Unperturbed graphs with a config whose
+/// graphs as `qhx::load::genie::load` checks a bundle. Unperturbed graphs with a config whose
 /// `kv-dim` (if any) matches must pass, with the shape's layout.
 pub fn genie_config(data: &[u8]) {
-    use qhx::genie::config::{looks_like_genie, GenieConfig};
-    use qhx::genie::model::{check_graphs, Layout};
+    use qhx::bundle::genie::{looks_like_genie, GenieConfig};
+    use qhx::load::genie::{check_graphs, Layout};
     let Some((h, text)) = data.split_first_chunk::<8>() else {
         return;
     };

@@ -3,13 +3,17 @@
 //! role under `artifacts.contexts` and finds tensors by name; schema 2 writes the plan out
 //! (`plan.steps`, see [`steps`]). Both become the same [`Manifest`].
 
+use super::declared::Declared;
 use crate::error::{Error, Result};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 pub mod layers;
+pub mod rope;
 pub mod steps;
+
+pub use rope::{check_scaling, RopeScaling};
 
 /// The newest schema this version reads (it reads every one from 1).
 pub const SCHEMA_VERSION: u32 = 2;
@@ -30,19 +34,6 @@ pub struct ModelSection {
     /// Parameter count, for benchmark tables (optional).
     #[serde(default)]
     pub n_params: Option<u64>,
-}
-
-/// `rope_scaling` block: `llama3` (all fields) or `linear` (`factor` only).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-pub struct RopeScaling {
-    pub rope_type: String,
-    pub factor: f64,
-    #[serde(default)]
-    pub low_freq_factor: f64,
-    #[serde(default)]
-    pub high_freq_factor: f64,
-    #[serde(default)]
-    pub original_max_position_embeddings: f64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -294,36 +285,6 @@ impl Arch {
     }
 }
 
-/// A `rope_scaling` block this version computes: llama3's frequency bands or a linear
-/// position divisor (Gemma 3's global layers at 4B and up).
-pub fn check_scaling(s: &RopeScaling) -> std::result::Result<(), String> {
-    match s.rope_type.as_str() {
-        "llama3" => {
-            if !(s.factor > 0.0
-                && s.low_freq_factor > 0.0
-                && s.high_freq_factor > s.low_freq_factor
-                && s.original_max_position_embeddings > 0.0)
-            {
-                return Err(
-                    "factors must be positive with high_freq_factor > low_freq_factor".into(),
-                );
-            }
-        }
-        "linear" => {
-            // (NaN fails too: it is not a finite positive number.)
-            if !s.factor.is_finite() || s.factor <= 0.0 {
-                return Err("factor must be positive".into());
-            }
-        }
-        other => {
-            return Err(format!(
-                "rope_type {other:?} is not supported (\"llama3\" or \"linear\")"
-            ))
-        }
-    }
-    Ok(())
-}
-
 /// A context binary to load and the graph to take from it.
 #[derive(Debug, Clone)]
 pub struct GraphRef {
@@ -332,6 +293,37 @@ pub struct GraphRef {
     /// Tensor names by role for this graph alone (schema 2's step I/O); empty in schema 1,
     /// where `plan.io` and the default names apply to every graph.
     pub io: BTreeMap<String, String>,
+}
+
+/// What a graph of the bundle is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GraphRole {
+    Prefill,
+    Verify,
+    Decode,
+    LmHead,
+}
+
+impl GraphRole {
+    /// The manifest key (`artifacts.contexts.<key>`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GraphRole::Prefill => "prefill",
+            GraphRole::Verify => "verify",
+            GraphRole::Decode => "decode",
+            GraphRole::LmHead => "lmhead",
+        }
+    }
+
+    /// Words that mark a graph name as this role when a binary holds several graphs.
+    pub(crate) fn name_words(self) -> &'static [&'static str] {
+        match self {
+            GraphRole::Prefill => &["prefill", "pf", "ar128", "full"],
+            GraphRole::Verify => &["verify", "spec"],
+            GraphRole::Decode => &["decode", "dec", "ar1"],
+            GraphRole::LmHead => &["lmhead", "lm_head", "lmh"],
+        }
+    }
 }
 
 /// A validated manifest with artifact paths resolved against the artifacts root.
@@ -365,7 +357,7 @@ pub struct Manifest {
 
 impl Manifest {
     /// What the manifest declares, in the shape a Genie config's is given too.
-    pub fn declared(&self) -> crate::bundle::Declared {
+    pub fn declared(&self) -> Declared {
         let mut files = vec![("tokenizer", self.tokenizer.clone())];
         files.push(("embedding table", self.embed.clone()));
         if let Some(r) = &self.prefill {
@@ -382,7 +374,7 @@ impl Manifest {
             .and_then(|c| c.get("template"))
             .and_then(|t| t.as_str())
             .map(|t| (t.to_string(), self.path.clone()));
-        crate::bundle::Declared {
+        Declared {
             files,
             paths_hint: "artifact paths resolve against the artifacts root",
             max_ctx: self.params.max_ctx,

@@ -1,16 +1,17 @@
 //! A bundle as the command line sees it: a qhx manifest bundle or a Qualcomm Genie bundle
 //! (`genie_config.json`), told apart by the file given in the manifest position.
 
+pub mod declared;
+pub mod genie;
+pub mod manifest;
+
+pub use declared::{Declared, Sampling};
+
 use crate::chat::{BundleIds, ChatTemplate};
-use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::genie;
-use crate::manifest::Manifest;
-use crate::model::{LoadOptions, Model};
-use crate::qnn::Runtime;
 use crate::tokenizer::Tokenizer;
+use manifest::Manifest;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// The bundle description, read and checked before anything is loaded: what it declares,
 /// in one shape for a qhx manifest and a Genie config alike, and the description itself,
@@ -25,39 +26,19 @@ pub struct Spec {
     source: Source,
 }
 
-/// The description a [`Spec`] was read from; [`Loaded::load`] picks the loader by it.
+/// The description a [`Spec`] was read from; the loader is picked by it.
 #[derive(Debug)]
-enum Source {
+pub enum Source {
     Manifest(Box<Manifest>),
     Genie(Box<genie::Resolved>),
 }
 
-/// What a bundle description declares, before any binary is opened.
-#[derive(Debug, Clone)]
-pub struct Declared {
-    /// Every file it names, with what the file is.
-    pub files: Vec<(&'static str, PathBuf)>,
-    /// How those paths resolve (said when one is missing).
-    pub paths_hint: &'static str,
-    /// The context length it allows (the graphs may shorten it at load).
-    pub max_ctx: usize,
-    /// The end tokens it declares (the tokenizer may add well-known ones).
-    pub eos: Vec<u32>,
-    pub tokenizer: PathBuf,
-    /// Rows of the token space (ids must be below it).
-    pub vocab: usize,
-    /// BOS prepended to a raw text prompt (Genie prepends its bos-token to every query).
-    pub bos: Option<u32>,
-    /// The sampling the bundle itself asks for (a Genie config's `sampler` block).
-    pub sampling: Option<genie::config::Sampling>,
-    /// Stop strings the bundle itself declares (Genie's stop-sequence).
-    pub stops: Vec<String>,
-    /// A chat template the description carries itself (a manifest's `chat.template`), with
-    /// the file it came from.
-    pub template: Option<(String, PathBuf)>,
-}
-
 impl Spec {
+    /// The description itself, which only the loader reads.
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
     /// Read `path`: a Genie config (one top-level `dialog` object) or a qhx manifest.
     pub fn load(path: &Path, root: &Path) -> Result<Spec> {
         let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
@@ -118,7 +99,7 @@ impl Spec {
     }
 
     /// The sampling the bundle itself asks for (a Genie config's `sampler` block).
-    pub fn sampling(&self) -> Option<&genie::config::Sampling> {
+    pub fn sampling(&self) -> Option<&Sampling> {
         self.declared.sampling.as_ref()
     }
 
@@ -134,7 +115,15 @@ impl Spec {
             bos: d.bos,
             eos: d.eos.first().copied(),
         };
-        ChatTemplate::from_sources(d.template.clone(), &self.path, &d.tokenizer, ids, tok)
+        let genie = matches!(self.source, Source::Genie(_));
+        ChatTemplate::from_sources(
+            d.template.clone(),
+            &self.path,
+            genie,
+            &d.tokenizer,
+            ids,
+            tok,
+        )
     }
 }
 
@@ -218,68 +207,4 @@ pub fn pick_arch(dir: &Path, arches: &[(u32, PathBuf)], device: Option<u32>) -> 
                 have.join(", ")
             ),
         })
-}
-
-/// The device's HTP arch (e.g. 79), from a backend opened only to ask.
-pub fn device_arch(backend: &Path, system: &Path) -> Result<Option<u32>> {
-    Ok(Runtime::new(backend, system, 0)?.device_facts.dsp_arch)
-}
-
-/// A loaded bundle: contexts created, tokenizer ready, graphs resolved into a plan.
-/// Cheap to clone: the model is shared (`Arc`), and every [`Engine`] made from it holds
-/// its own reference, so sessions may outlive the `Loaded` value and move between threads.
-#[derive(Clone)]
-pub struct Loaded(pub Arc<Model>);
-
-impl Loaded {
-    /// Load with the loader of the description's kind: the one place that asks it.
-    pub fn load(spec: &Spec, backend: &Path, system: &Path, opts: &LoadOptions) -> Result<Loaded> {
-        let model = match &spec.source {
-            Source::Manifest(m) => Model::load((**m).clone(), backend, system, opts)?,
-            Source::Genie(cfg) => genie::load(&spec.path, (**cfg).clone(), backend, system, opts)?,
-        };
-        Ok(Loaded(Arc::new(model)))
-    }
-
-    pub fn engine(&self) -> Result<Engine> {
-        Engine::new(&self.0)
-    }
-
-    /// The loaded model.
-    pub fn model(&self) -> &Arc<Model> {
-        &self.0
-    }
-
-    /// The resolved graph plan (what the runner executes).
-    pub fn plan(&self) -> &Arc<crate::plan::Plan> {
-        &self.0.plan
-    }
-
-    pub fn tokenizer(&self) -> &Tokenizer {
-        &self.0.tokenizer
-    }
-
-    pub fn eos(&self) -> Vec<u32> {
-        self.0.eos.clone()
-    }
-
-    pub fn max_ctx(&self) -> usize {
-        self.0.max_ctx
-    }
-
-    pub fn rt(&self) -> &Arc<Runtime> {
-        &self.0.rt
-    }
-
-    pub fn context_ms(&self) -> &[(PathBuf, f64)] {
-        &self.0.context_ms
-    }
-
-    pub fn warnings(&self) -> &[String] {
-        &self.0.warnings
-    }
-
-    pub fn rpcmem_note(&self) -> Option<&str> {
-        self.0.rpcmem_note.as_deref()
-    }
 }

@@ -2,9 +2,9 @@
 //! and grouped the way Genie groups them (variants by tokens-per-step AR and context CL,
 //! splits of one variant by sorted graph name), with every tensor given a role.
 
-use super::config::Resolved;
+use super::model::{open_runtime, About, LoadOptions, Model};
+use crate::bundle::genie::Resolved;
 use crate::error::{Error, Result};
-use crate::model::{open_runtime, About, LoadOptions, Model};
 use crate::plan::{self, Plan};
 use crate::qnn::{self, Context, Graph, GraphDesc, Runtime};
 use crate::tokenizer::Tokenizer;
@@ -98,7 +98,7 @@ fn end_tokens(cfg: &Resolved) -> Vec<u32> {
 /// binaries', the I/O type the activations' (and the KV cache's when it differs, as in AI
 /// Hub's w4a16 bundles with uint8 KV).
 fn about(config_path: &Path, cfg: &Resolved, plan: &Plan) -> About {
-    let short = crate::bench::short_dtype;
+    let short = crate::qnn::short_dtype;
     let variants: Vec<String> = plan
         .steps
         .iter()
@@ -138,7 +138,7 @@ fn about(config_path: &Path, cfg: &Resolved, plan: &Plan) -> About {
 /// host can fill and read.
 fn load_context(rt: &Arc<Runtime>, bin: &Path) -> Result<Vec<(Graph, GraphDesc)>> {
     let file = std::fs::File::open(bin).map_err(|e| Error::io(bin, e))?;
-    let map = qnn::map_file(&file, bin)?;
+    let map = crate::os::map_file(&file, bin)?;
     let info = qnn::read_binary_info(rt, &map, bin)?;
     let ctx: Arc<Context> = Context::from_binary(rt, &map, bin)?;
     drop(map);
@@ -169,7 +169,7 @@ pub fn check_graphs(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::genie::GenieConfig;
+    use crate::bundle::genie::GenieConfig;
     use crate::qnn::TensorDesc;
 
     fn t(name: &str, dtype: u32, dims: &[u32]) -> TensorDesc {

@@ -18,7 +18,7 @@
 //! Without `types`, a bundle whose decode graph has `past_conv_<i>` inputs is read as the
 //! LFM2 contract: layer i is `conv` when the graph has `past_conv_<i>`, else attention.
 
-use super::RopeScaling;
+use super::rope::{check_scaling, RopeScaling};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -221,7 +221,7 @@ pub fn resolve(
             ));
         }
         if let Some(s) = &r.scaling {
-            super::check_scaling(s).map_err(|m| format!("layers.rope.{key}.scaling: {m}"))?;
+            check_scaling(s).map_err(|m| format!("layers.rope.{key}.scaling: {m}"))?;
         }
         let kind = RopeKind {
             theta: r.theta,

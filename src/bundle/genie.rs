@@ -2,6 +2,7 @@
 //! Parsed as strictly as Genie itself parses it: an unknown key is an error, so a config
 //! that qhx accepts is one Genie accepts too (and a typo is caught here, not on a phone).
 
+use super::declared::{Declared, Sampling};
 use crate::error::{Error, Result};
 use crate::sampler::SamplerConfig;
 use serde::Deserialize;
@@ -110,14 +111,6 @@ pub struct Sampler {
     pub kind: Option<String>,
     #[serde(default)]
     pub token_penalty: Option<TokenPenalty>,
-}
-
-/// The sampling a Genie `sampler` block asks for, in qhx's terms.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Sampling {
-    pub config: SamplerConfig,
-    /// Settings qhx does not implement, each with its value (warned about, then ignored).
-    pub ignored: Vec<String>,
 }
 
 impl Sampler {
@@ -299,7 +292,7 @@ pub struct Resolved {
     pub kv_dim: Option<usize>,
     pub rope_theta: f64,
     /// llama3 scaling in the runtime's own terms.
-    pub rope_scaling: Option<crate::manifest::RopeScaling>,
+    pub rope_scaling: Option<super::manifest::RopeScaling>,
     pub rope_dim: Option<usize>,
     pub stop: Vec<String>,
     pub max_num_tokens: Option<usize>,
@@ -310,14 +303,14 @@ pub struct Resolved {
 impl Resolved {
     /// What the config declares, in the shape a manifest's is given too (a Genie config
     /// carries no chat template of its own).
-    pub fn declared(&self) -> crate::bundle::Declared {
+    pub fn declared(&self) -> Declared {
         let mut files: Vec<(&'static str, PathBuf)> = self
             .ctx_bins
             .iter()
             .map(|b| ("context binary", b.clone()))
             .collect();
         files.push(("tokenizer", self.tokenizer.clone()));
-        crate::bundle::Declared {
+        Declared {
             files,
             paths_hint: "Genie config paths resolve against the artifacts root",
             max_ctx: self.ctx_size,
@@ -393,7 +386,7 @@ impl GenieConfig {
                 let need = |v: Option<f64>, k: &str| {
                     v.ok_or_else(|| bad(format!("rope-scaling llama3 needs {k}")))
                 };
-                Some(crate::manifest::RopeScaling {
+                Some(super::manifest::RopeScaling {
                     rope_type: "llama3".into(),
                     factor: need(s.factor, "factor")?,
                     low_freq_factor: need(s.low_freq_factor, "low-freq-factor")?,

@@ -1,0 +1,38 @@
+"""The options of an HTP export, shared by the qhx-HTP writer (write/htp.py) and the Genie
+writer (write/genie.py), which the pipeline in write/htp.py drives; kept apart so that neither
+writer imports the other."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+MIXED_PEAK = 1024.0  # a residual stream wider than this keeps its adds and norms in fp16
+
+
+@dataclass
+class HtpOptions:
+    name: str
+    arches: list[str]
+    per_arch_dirs: bool = False
+    soc: int | None = None
+    precision: str = "fp16"
+    ctx: int = 512
+    ar: int = 64
+    prefill: str = "window"
+    kv_dtype: str = "f16"
+    kv_layout: str = "pos_major"  # K/V graph I/O: pos_major [rows, K] | head_major [n_kv, rows, Dh]
+    calib: str | None = None
+    calib_steps: int = 512  # decode / verify / lm-head calibration executes, spread over the sequences
+    cache_dir: str | None = None  # the stage cache (qhx_export.cache); None: no cache
+    keep_onnx: bool = False
+    estimate: bool = False
+    verify_rows: int | None = None  # also a K-row verify graph over the decode cache (--spec)
+    estimate_verify: list[int] = field(default_factory=list)  # verify row counts only estimated
+    estimate_only: bool = False  # the cost model's report, no bundle
+    fp16_weights: tuple[str, ...] = ()  # quantized precisions: weight kinds kept fp16
+    fmt: str = "qhx"  # qhx | genie | both
+    genie_splits: int = 1  # Genie graphs per (AR, CL) variant
+    model_name: str | None = None
+    layout: str = "qhx"  # qhx, or an LFM2 runner form (qhx_export.write.lfm2_layout)
+    report: dict[str, Any] = field(default_factory=dict)  # filled while writing
