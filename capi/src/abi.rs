@@ -1,6 +1,8 @@
 //! The C types of `include/qhexrt/qhexrt_c.h`, field for field. The layout tests below pin
 //! sizes and offsets for LP64 targets; `tests/capi/capi_test.c` asserts the same numbers
-//! against the header, so the two cannot drift apart.
+//! against the header, so the two cannot drift apart. Plain data: `unsafe` is forbidden here.
+
+#![forbid(unsafe_code)]
 
 use std::ffi::{c_char, c_int, c_void};
 

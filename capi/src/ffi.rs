@@ -262,7 +262,9 @@ unsafe fn with_session(
     match guard(|| f(&s.0)) {
         Ok(()) => abi::OK,
         Err(e) => {
-            s.0.set_error(&e.msg);
+            if e.held_session {
+                s.0.set_error(&e.msg);
+            }
             set_last_error(&e.msg);
             e.status
         }

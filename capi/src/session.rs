@@ -1,6 +1,8 @@
 //! The Rust side of the C handles: a runtime, models loaded on it, and sessions that
-//! generate. Nothing here touches a raw pointer; `ffi.rs` turns C arguments into these
-//! types and results back into C.
+//! generate. Nothing here touches a raw pointer (`unsafe` is forbidden); `ffi.rs` turns C
+//! arguments into these types and results back into C.
+
+#![forbid(unsafe_code)]
 
 use crate::abi::{self, Status};
 use qhx_core::bundle::Spec;
@@ -26,6 +28,11 @@ use std::time::Instant;
 pub struct Failure {
     pub status: Status,
     pub msg: String,
+    /// The call held the session when it failed, so its message becomes the session's last
+    /// error. False for a call refused because another thread holds the session: that
+    /// message goes to the calling thread's last error alone, and the owner's message (and
+    /// the string `qhx_session_last_error` handed out for it) stays as it was.
+    pub held_session: bool,
 }
 
 impl Failure {
@@ -33,6 +40,7 @@ impl Failure {
         Failure {
             status,
             msg: msg.into(),
+            held_session: true,
         }
     }
 }
@@ -53,13 +61,22 @@ impl From<Error> for Failure {
             Error::Grammar(_) => abi::GRAMMAR,
             Error::Cancelled => abi::CANCELLED,
             Error::NonFinite { .. } => abi::HOST_OP_FAILED,
-            _ => abi::INTERNAL,
+            Error::ThreadPanicked(_) => abi::INTERNAL,
         };
         Failure::new(status, e.to_string())
     }
 }
 
 pub type Result<T> = std::result::Result<T, Failure>;
+
+// C may use a session, a model and the runtime from any thread (a session by one thread at a
+// time, its cancel from any): each handle must be Send + Sync, checked at compile time.
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    shared::<RuntimeHandle>();
+    shared::<ModelHandle>();
+    shared::<SessionHandle>();
+};
 
 /// The one runtime of the process, while it (or a model on it) lives.
 static LIVE_RUNTIME: Mutex<Weak<Runtime>> = Mutex::new(Weak::new());
@@ -134,11 +151,7 @@ impl ModelHandle {
         };
         let spec = Spec::load(path, &root)?;
         spec.check_files()?;
-        let opts = LoadOptions {
-            runtime: Some(Arc::clone(&rt.rt)),
-            ..LoadOptions::default()
-        };
-        let loaded = Loaded::load(&spec, Path::new(""), Path::new(""), &opts)?;
+        let loaded = Loaded::load_on(&spec, &rt.rt, &LoadOptions::default())?;
         // A bundle without a template can still serve no_template requests.
         let template = spec.chat_template(Some(loaded.tokenizer())).ok();
         Ok(ModelHandle {
@@ -309,10 +322,13 @@ impl SessionHandle {
         match self.inner.try_lock() {
             Ok(g) => Ok(g),
             Err(std::sync::TryLockError::Poisoned(p)) => Ok(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => Err(Failure::new(
-                abi::BUSY,
-                "the session is in use by another thread (one call at a time per session)",
-            )),
+            Err(std::sync::TryLockError::WouldBlock) => Err(Failure {
+                held_session: false,
+                ..Failure::new(
+                    abi::BUSY,
+                    "the session is in use by another thread (one call at a time per session)",
+                )
+            }),
         }
     }
 

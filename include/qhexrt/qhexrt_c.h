@@ -9,7 +9,9 @@
  *  - Every function returning qhx_status returns QHX_STATUS_OK (0) or a nonzero code
  *    (qhx_status_str names it). Functions returning a handle return NULL on failure.
  *    The message of a failed session call: qhx_session_last_error(session); of any
- *    other call: qhx_last_error(), kept per thread.
+ *    other call, and of a session call refused because another thread holds the session
+ *    (QHX_STATUS_BUSY; that session's message is left as it was): qhx_last_error(), kept
+ *    per thread.
  *  - One runtime per process: qhx_runtime_create fails with QHX_STATUS_BUSY while another
  *    one (or a model loaded on it) is alive; it can be created again after.
  *  - Models and sessions keep what they need alive: freeing a runtime with models still

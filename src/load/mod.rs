@@ -35,6 +35,18 @@ impl Loaded {
         Ok(Loaded(Arc::new(model)))
     }
 
+    /// Load onto an open runtime (its libraries, backend, device, performance vote and
+    /// rpcmem), as several models share one backend: the C API's one runtime per process.
+    /// `opts.runtime` is replaced by `rt`; its library paths and clock settings are unused.
+    pub fn load_on(spec: &Spec, rt: &Arc<Runtime>, opts: &LoadOptions) -> Result<Loaded> {
+        let opts = LoadOptions {
+            runtime: Some(Arc::clone(rt)),
+            ..opts.clone()
+        };
+        // With a runtime given, the loaders open no library: the paths are not read.
+        Loaded::load(spec, Path::new(""), Path::new(""), &opts)
+    }
+
     /// The loaded model.
     pub fn model(&self) -> &Arc<Model> {
         &self.0

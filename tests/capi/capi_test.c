@@ -148,6 +148,38 @@ static void *job_run(void *user) {
     return NULL;
 }
 
+/* A generation that holds its session: the first token call says so, then waits for release. */
+struct hold {
+    qhx_session *s;
+    atomic_int entered;
+    atomic_int release;
+    qhx_status status;
+};
+
+static int hold_token(void *user, const char *utf8, int len, int token_id, int is_final) {
+    struct hold *h = user;
+    (void)utf8, (void)len, (void)token_id;
+    if (!is_final && !atomic_load(&h->entered)) {
+        atomic_store(&h->entered, 1);
+        while (!atomic_load(&h->release)) usleep(200);
+    }
+    return 1;
+}
+
+static void *hold_run(void *user) {
+    struct hold *h = user;
+    qhx_inputs in;
+    memset(&in, 0, sizeof in);
+    in.text = PROMPT;
+    qhx_gen_cfg cfg;
+    qhx_gen_cfg_default(&cfg);
+    cfg.max_new_tokens = 4;
+    qhx_output out;
+    h->status = qhx_generate_ex(h->s, &in, &cfg, NULL, hold_token, h, &out);
+    if (!atomic_load(&h->entered)) atomic_store(&h->entered, 1); /* never block the test */
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     if (argc != 7 && !(argc == 8 && strcmp(argv[7], "basic") == 0)) {
         fprintf(stderr, "usage: capi_test <htp_lib> <system_lib> <manifest_a> <expected_a_file> "
@@ -316,6 +348,37 @@ int main(int argc, char **argv) {
             CHECK(qhx_generate_ex(NULL, &in, &cfg, &opt, on_token, &st, &out) ==
                       QHX_STATUS_INVALID_ARGUMENT,
                   "a NULL session -> InvalidArgument");
+
+            /* A call refused BUSY (another thread holds the session) reports to its own
+             * thread only: the owner's message, and the very string handed out for it, stay
+             * (under ASan a freed string read here is an error of its own). */
+            in.image_path = "/tmp/cat.png";
+            rc = qhx_generate_ex(sa, &in, &cfg, &opt, on_token, &st, &out);
+            in.image_path = NULL;
+            const char *owner_err = qhx_session_last_error(sa);
+            char owner_copy[1024];
+            snprintf(owner_copy, sizeof owner_copy, "%s", owner_err);
+            static struct hold h;
+            h.s = sa;
+            atomic_init(&h.entered, 0);
+            atomic_init(&h.release, 0);
+            pthread_t th;
+            pthread_create(&th, NULL, hold_run, &h);
+            while (!atomic_load(&h.entered)) usleep(200);
+            qhx_status busy = qhx_session_reset(sa);
+            char thread_err[1024];
+            snprintf(thread_err, sizeof thread_err, "%s", qhx_last_error());
+            int same_text = strcmp(qhx_session_last_error(sa), owner_copy) == 0;
+            int same_string = strcmp(owner_err, owner_copy) == 0;
+            atomic_store(&h.release, 1);
+            pthread_join(th, NULL);
+            CHECK(rc == QHX_STATUS_UNSUPPORTED && busy == QHX_STATUS_BUSY &&
+                      strstr(thread_err, "in use by another thread") && same_text && same_string &&
+                      h.status == QHX_STATUS_OK,
+                  "reset while another thread generates -> %s (\"%s\"); the owner's error "
+                  "\"%s\" kept: text %d, string %d; the owner's run -> %s",
+                  qhx_status_str(busy), thread_err, owner_copy, same_text, same_string,
+                  qhx_status_str(h.status));
 
             /* Two sessions of two models generate at once. */
             qhx_model *b = qhx_model_load(rt, mb, NULL);
