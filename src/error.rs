@@ -58,6 +58,12 @@ pub enum Error {
         max_ctx: usize,
     },
 
+    /// A prompt that fills a fresh context: nothing could be generated after it.
+    #[error(
+        "the prompt is {tokens} tokens, which leaves no room in max_ctx {max_ctx} to generate"
+    )]
+    NoRoom { tokens: usize, max_ctx: usize },
+
     #[error("token id {id} is outside the embedding table ({vocab} rows, {})", path.display())]
     TokenOutOfRange {
         id: u32,

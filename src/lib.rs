@@ -13,7 +13,8 @@
 //! 5. [`plan`]: the graphs resolved, one form for both bundle kinds;
 //! 6. [`load`] (the loaders) and [`runner`] (executes a plan);
 //! 7. [`engine`]: the token loop;
-//! 8. [`text`], [`reasoning`]: text, stops and think blocks over the engine;
+//! 8. [`text`], [`reasoning`]: text, stops and think blocks over the engine, and
+//!    [`session`]: a request composed once, for every front end;
 //! 9. [`bench`], [`interactive`]; 10. [`cli`] and the binaries.
 
 #![deny(unsafe_code)]
@@ -42,6 +43,7 @@ pub mod qnn;
 pub mod reasoning;
 pub mod runner;
 pub mod sampler;
+pub mod session;
 pub mod speculative;
 pub mod stats;
 pub mod stop;

@@ -7,15 +7,16 @@
 use crate::abi::{self, Status};
 use qhx_core::bundle::Spec;
 use qhx_core::cancel::{CancelToken, Poll};
-use qhx_core::chat::{ChatTemplate, Message};
-use qhx_core::engine::{Engine, FinishReason, GenConfig};
+use qhx_core::chat::Message;
+use qhx_core::engine::{FinishReason, GenConfig};
 use qhx_core::grammar::{self, Vocab};
 use qhx_core::load::LoadOptions;
 use qhx_core::load::Loaded;
 use qhx_core::qnn::Runtime;
 use qhx_core::reasoning;
 use qhx_core::sampler::{SamplerConfig, WHOLE_CONTEXT};
-use qhx_core::text::{TextDriver, TextOptions, TextSink};
+use qhx_core::session::{self, Chat, Prompt, Session, TextRequest};
+use qhx_core::text::TextSink;
 use qhx_core::tools::Tools;
 use qhx_core::Error;
 use std::ffi::CString;
@@ -57,7 +58,7 @@ impl From<Error> for Failure {
             | Error::TokenOutOfRange { .. } => abi::MODEL,
             Error::Io { .. } => abi::IO,
             Error::EmptyPrompt => abi::INVALID_ARGUMENT,
-            Error::PromptTooLong { .. } => abi::CONTEXT_FULL,
+            Error::PromptTooLong { .. } | Error::NoRoom { .. } => abi::CONTEXT_FULL,
             Error::Grammar(_) => abi::GRAMMAR,
             Error::Cancelled => abi::CANCELLED,
             Error::NonFinite { .. } => abi::HOST_OP_FAILED,
@@ -120,9 +121,8 @@ impl RuntimeHandle {
 }
 
 pub struct ModelHandle {
-    spec: Spec,
+    spec: Arc<Spec>,
     loaded: Loaded,
-    template: Option<ChatTemplate>,
     /// The grammar vocabulary, read on the first constrained request.
     vocab: OnceLock<std::result::Result<Arc<Vocab>, String>>,
 }
@@ -152,12 +152,9 @@ impl ModelHandle {
         let spec = Spec::load(path, &root)?;
         spec.check_files()?;
         let loaded = Loaded::load_on(&spec, &rt.rt, &LoadOptions::default())?;
-        // A bundle without a template can still serve no_template requests.
-        let template = spec.chat_template(Some(loaded.tokenizer())).ok();
         Ok(ModelHandle {
-            spec,
+            spec: Arc::new(spec),
             loaded,
-            template,
             vocab: OnceLock::new(),
         })
     }
@@ -268,7 +265,7 @@ pub struct Done {
 }
 
 struct Inner {
-    engine: Engine,
+    session: Session,
     /// The last request's text (what `qhx_output.text` points at).
     text: CString,
 }
@@ -283,12 +280,12 @@ pub struct SessionHandle {
 
 impl SessionHandle {
     pub fn create(model: &Arc<ModelHandle>) -> Result<SessionHandle> {
-        let engine = qhx_core::engine::Engine::new(model.loaded.model())?;
+        let session = Session::new(Arc::clone(&model.spec), model.loaded.clone())?;
         Ok(SessionHandle {
             model: Arc::clone(model),
             cancel: CancelToken::new(),
             inner: Mutex::new(Inner {
-                engine,
+                session,
                 text: CString::default(),
             }),
             error: Mutex::new(CString::default()),
@@ -301,7 +298,7 @@ impl SessionHandle {
 
     pub fn reset(&self) -> Result<()> {
         let mut inner = self.lock()?;
-        inner.engine.reset();
+        inner.session.reset();
         Ok(())
     }
 
@@ -332,61 +329,47 @@ impl SessionHandle {
         }
     }
 
-    /// The prompt's ids: the chat template over system, history and the user turn, or the
-    /// raw text with the bundle's BOS.
-    fn prompt_ids(&self, req: &Request) -> Result<Vec<u32>> {
-        let m = &self.model;
-        let tok = m.loaded.tokenizer();
+    /// The request as the session composes every front end's: raw text with the bundle's
+    /// BOS, or the chat template over system, history and the user turn.
+    fn prompt(req: &Request) -> Prompt {
         if req.no_template {
-            return Ok(tok.encode(&req.text, m.spec.bos())?);
+            return Prompt::Text(req.text.clone());
         }
-        let tmpl = m.template.as_ref().ok_or_else(|| {
-            Failure::new(
-                abi::MODEL,
-                "the bundle has no chat template (set no_template for raw text)",
-            )
-        })?;
-        let mut msgs = Vec::new();
+        let mut messages = Vec::new();
         if let Some(s) = &req.system {
-            msgs.push(Message::new("system", s));
+            messages.push(Message::new("system", s));
         }
         for (i, h) in req.history.iter().enumerate() {
-            msgs.push(Message::new(
+            messages.push(Message::new(
                 if i % 2 == 0 { "user" } else { "assistant" },
                 h,
             ));
         }
-        msgs.push(Message::new("user", &req.text));
-        let thinking = req.disable_thinking.then_some(false);
-        let mut text = qhx_core::tools::render(tmpl, &msgs, req.tools.as_ref(), thinking)
-            .map_err(|e| Failure::new(abi::INVALID_ARGUMENT, e.to_string()))?;
-        // Hard non-thinking: a template that still opens a block gets it closed, empty.
-        if req.disable_thinking && reasoning::opens_block(&text) {
-            text.push_str("\n\n");
-            text.push_str(reasoning::THINK_CLOSE);
-            text.push_str("\n\n");
-        }
-        Ok(tok.encode_raw(&text)?)
+        messages.push(Message::new("user", &req.text));
+        Prompt::Chat(Chat {
+            messages,
+            tools: req.tools.clone(),
+            no_thinking: req.disable_thinking,
+        })
     }
 
     /// Run one request from a fresh cache, passing text to `sink`.
     pub fn generate(&self, req: Request, sink: &mut dyn TextSink) -> Result<Done> {
         let mut inner = self.lock()?;
         let t0 = Instant::now();
-        let ids = self.prompt_ids(&req)?;
+        let ids = inner
+            .session
+            .prompt_ids(&Self::prompt(&req))
+            .map_err(|e| match e {
+                // a template that cannot render these messages is the caller's input
+                Error::Tokenizer { .. } | Error::Io { .. } => Failure::from(e),
+                Error::Manifest { .. } => {
+                    Failure::new(abi::MODEL, format!("{e} (set no_template for raw text)"))
+                }
+                e => Failure::new(abi::INVALID_ARGUMENT, e.to_string()),
+            })?;
         let tokenize_ms = t0.elapsed().as_secs_f64() * 1e3;
-        let m = &self.model;
-        let max_ctx = m.loaded.max_ctx();
-        if ids.len() >= max_ctx {
-            return Err(Failure::new(
-                abi::CONTEXT_FULL,
-                format!(
-                    "the prompt is {} tokens, which leaves no room in max_ctx {max_ctx} to generate",
-                    ids.len()
-                ),
-            ));
-        }
-        let room = max_ctx - ids.len();
+        let room = session::room(ids.len(), self.model.loaded.max_ctx())?;
         let wanted = match req.max_new_tokens {
             n if n > 0 => n as usize,
             _ => room,
@@ -397,7 +380,7 @@ impl SessionHandle {
             None => self.cancel.clone(),
         };
         let cfg = GenConfig {
-            n_tokens: wanted.min(room),
+            n_tokens: wanted,
             sampler: req.sampler,
             allow_nonfinite: false,
             ignore_eos: false,
@@ -407,34 +390,22 @@ impl SessionHandle {
             spec: None,
         };
         let grammar = match req.grammar {
-            Some(spec) => Some((m.vocab()?, spec)),
+            Some(spec) => Some((self.model.vocab()?, spec)),
             None => None,
         };
-        let stops = if req.stops.is_empty() {
-            m.spec.stops()
-        } else {
-            req.stops
-        };
-        let opts = TextOptions {
-            stops,
+        let text = TextRequest {
+            stops: req.stops,
             reasoning: reasoning::Mode::Show,
-            budget: None,
+            reasoning_budget: None,
             grammar,
         };
-        let eos = m.loaded.eos();
-        let driver = TextDriver::new(m.loaded.tokenizer(), &eos, opts);
-        inner.engine.reset();
         inner.text = CString::default();
-        let turn = driver.generate(
-            &mut inner.engine,
-            &ids,
-            &cfg,
-            wanted,
-            tokenize_ms,
-            Some(sink),
-        )?;
+        let turn = inner
+            .session
+            .generate(&ids, &cfg, wanted, &text, tokenize_ms, Some(sink))?;
         inner.text = CString::new(turn.text.replace('\0', " ")).unwrap_or_default();
         let s = &turn.output.stats;
+        let eos = self.model.loaded.eos();
         Ok(Done {
             n_prompt: ids.len(),
             // The tokens behind the text (the callback saw each): an end token is not one.

@@ -15,6 +15,7 @@ use qhx::cli::generate::{first_mismatch, map_argv, Args, Mode, Prompt, Request};
 use qhx::cli::report::{print_banner, print_prompt};
 use qhx::engine::FinishReason;
 use qhx::load::Loaded;
+use qhx::session::Session;
 use qhx::text::{TextDriver, TextSink, WriteSink};
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -83,8 +84,9 @@ fn run(args: Args, cancel: CancelToken) -> Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_CANCELLED));
     }
     let model = loaded.context("loading the bundle")?;
-    let mut engine = qhx::engine::Engine::new(model.model()).context("binding graph I/O")?;
-    print_banner(&req, &model, &engine);
+    let mut session = Session::new(std::sync::Arc::clone(&req.bundle), model.clone())
+        .context("binding graph I/O")?;
+    print_banner(&req, &model, session.engine());
     let mut out = qhx::os::stdio::stdout();
     match &req.mode {
         Mode::Bench { cfg, format } => {
@@ -94,13 +96,13 @@ fn run(args: Args, cancel: CancelToken) -> Result<ExitCode> {
             }
             let info = qhx::bench::RunInfo::new(
                 &model,
-                engine.zero_copy(),
+                session.engine().zero_copy(),
                 env!("CARGO_PKG_VERSION"),
                 qhx::cli::BUILD_COMMIT,
             );
             let mut printer = qhx::bench::Printer::new(*format, &mut out);
             let vocab = req.bundle.vocab();
-            qhx::bench::run(&mut engine, cfg, &info, &tests, vocab, &mut printer)
+            qhx::bench::run(session.engine(), cfg, &info, &tests, vocab, &mut printer)
                 .context("benchmark run")?;
             Ok(if cfg.cancel.is_cancelled() {
                 ExitCode::from(EXIT_CANCELLED)
@@ -110,8 +112,12 @@ fn run(args: Args, cancel: CancelToken) -> Result<ExitCode> {
         }
         Mode::Interactive { transcript } => {
             let eos = model.eos();
-            let driver = TextDriver::new(model.tokenizer(), &eos, req.text_options(&model)?);
-            let tmpl = req.bundle.chat_template(Some(model.tokenizer()))?;
+            let driver = TextDriver::new(
+                model.tokenizer(),
+                &eos,
+                session.text_options(&req.text_request())?,
+            );
+            let tmpl = session.template()?;
             let opts = qhx::interactive::Options {
                 system: req.system.clone(),
                 cfg: req.turn_config(),
@@ -125,12 +131,12 @@ fn run(args: Args, cancel: CancelToken) -> Result<ExitCode> {
                 _ => String::new(),
             };
             let input = std::io::Read::chain(std::io::Cursor::new(first), std::io::stdin().lock());
-            qhx::interactive::run(&mut engine, &driver, &tmpl, &opts, input, out)?;
+            qhx::interactive::run(session.engine(), &driver, &tmpl, &opts, input, out)?;
             Ok(ExitCode::SUCCESS)
         }
         Mode::OneShot { json, expected, .. } => {
             let t_tok = Instant::now();
-            let ids = req.prompt_ids(&model)?;
+            let ids = session.prompt_ids(&req.session_prompt())?;
             let tokenize_ms = t_tok.elapsed().as_secs_f64() * 1000.0;
             if req.verbose_prompt {
                 print_prompt(model.tokenizer(), &ids);
@@ -144,11 +150,10 @@ fn run(args: Args, cancel: CancelToken) -> Result<ExitCode> {
                     model.max_ctx()
                 );
             }
-            let eos = model.eos();
-            let driver = TextDriver::new(model.tokenizer(), &eos, req.text_options(&model)?);
             let mut stdout_sink = WriteSink(&mut out);
             let sink = (!json).then_some(&mut stdout_sink as &mut dyn TextSink);
-            let turn = driver.generate(&mut engine, &ids, &cfg, wanted, tokenize_ms, sink)?;
+            let text = req.text_request();
+            let turn = session.generate(&ids, &cfg, wanted, &text, tokenize_ms, sink)?;
             if *json {
                 let mut doc = serde_json::json!({
                     "input_ids": turn.output.input_ids,

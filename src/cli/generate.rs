@@ -10,12 +10,11 @@ use crate::bundle::Spec;
 use crate::cancel::CancelToken;
 use crate::chat::Message;
 use crate::engine::GenConfig;
-use crate::load::Loaded;
 use crate::load::{ContextLoad, LoadOptions};
 use crate::qnn::PerfMode;
 use crate::reasoning;
 use crate::sampler::SamplerConfig;
-use crate::text::TextOptions;
+use crate::session::{self, Chat, Prompt as SessionPrompt, TextRequest};
 use anyhow::{bail, Context as _, Result};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -305,7 +304,7 @@ pub enum Prompt {
 #[derive(Debug)]
 pub struct Request {
     /// The bundle description: a manifest or a Genie config.
-    pub bundle: Spec,
+    pub bundle: std::sync::Arc<Spec>,
     pub backend_lib: PathBuf,
     pub system_lib: PathBuf,
     /// Tokens to generate (per turn with `-i`).
@@ -734,7 +733,12 @@ impl Request {
                 Prompt::Chat(m) => m.clone(),
                 _ => crate::chat::conversation(args.system.as_deref(), "hello"),
             };
-            crate::tools::render(&tmpl, &probe, tools.as_ref(), None).map_err(usage)?;
+            let probe = Chat {
+                messages: probe,
+                tools: tools.clone(),
+                no_thinking: false,
+            };
+            session::render_chat(&tmpl, &probe).map_err(usage)?;
         }
         let mode = if args.bench {
             let format = match (args.output, args.json) {
@@ -778,7 +782,7 @@ impl Request {
             None => LoadOptions::default().rpcmem_lib,
         };
         Ok(Request {
-            bundle,
+            bundle: std::sync::Arc::new(bundle),
             backend_lib: args.backend_lib,
             system_lib: args.system_lib,
             n_tokens,
@@ -816,30 +820,28 @@ impl Request {
         })
     }
 
-    /// Stop strings, reasoning mode and budget (its `</think>` ids need the tokenizer).
-    pub fn text_options(&self, model: &Loaded) -> crate::Result<TextOptions> {
-        let budget = self
-            .reasoning_budget
-            .map(|max| -> crate::Result<reasoning::Budget> {
-                Ok(reasoning::Budget {
-                    max,
-                    open: model.tokenizer().encode_raw(reasoning::THINK_OPEN)?,
-                    close: model.tokenizer().encode_raw(reasoning::THINK_CLOSE)?,
-                })
-            })
-            .transpose()?;
-        // The bundle's own stop strings (Genie's stop-sequence) unless --stop was given.
-        let stops = if self.stops.is_empty() {
-            self.bundle.stops()
-        } else {
-            self.stops.clone()
-        };
-        Ok(TextOptions {
-            stops,
+    /// How this run's text is handled (stops, reasoning and its budget, the grammar).
+    pub fn text_request(&self) -> TextRequest {
+        TextRequest {
+            stops: self.stops.clone(),
             reasoning: self.reasoning,
-            budget,
+            reasoning_budget: self.reasoning_budget,
             grammar: self.grammar.clone(),
-        })
+        }
+    }
+
+    /// The prompt as the session composes it (`-i` without one: nothing).
+    pub fn session_prompt(&self) -> SessionPrompt {
+        match &self.prompt {
+            Prompt::Ids(v) => SessionPrompt::Ids(v.clone()),
+            Prompt::Chat(m) => SessionPrompt::Chat(Chat {
+                messages: m.clone(),
+                tools: self.tools.clone(),
+                no_thinking: false,
+            }),
+            Prompt::Text(t) => SessionPrompt::Text(t.clone()),
+            Prompt::None => SessionPrompt::Ids(Vec::new()),
+        }
     }
 
     /// A one-shot prompt must leave room to generate within the bundle's context. When a
@@ -850,53 +852,29 @@ impl Request {
             return Ok(());
         }
         let max_ctx = self.bundle.max_ctx();
-        let n = match &self.prompt {
-            Prompt::None => return Ok(()),
-            Prompt::Ids(v) => v.len(),
-            Prompt::Text(t) if 2 * t.len() + 2 < max_ctx => return Ok(()),
-            Prompt::Chat(m) => {
+        let prompt = self.session_prompt();
+        let n = match &prompt {
+            SessionPrompt::Ids(v) => v.len(),
+            SessionPrompt::Text(t) if 2 * t.len() + 2 < max_ctx => return Ok(()),
+            SessionPrompt::Chat(c) => {
                 let tmpl = self.bundle.chat_template(None)?;
-                let text =
-                    crate::tools::render(&tmpl, m, self.tools.as_ref(), None).map_err(usage)?;
+                let text = session::render_chat(&tmpl, c).map_err(usage)?;
                 if 2 * text.len() + 2 < max_ctx {
                     return Ok(());
                 }
-                let tok = crate::tokenizer::Tokenizer::load(self.bundle.tokenizer_path())?;
-                self.ids_with(&tok)?.len()
+                self.count_ids(&prompt)?
             }
-            _ => {
-                let tok = crate::tokenizer::Tokenizer::load(self.bundle.tokenizer_path())?;
-                self.ids_with(&tok)?.len()
-            }
+            SessionPrompt::Text(_) => self.count_ids(&prompt)?,
         };
-        if n >= max_ctx {
-            bail!(
-                "the prompt is {n} tokens, which leaves no room in max_ctx {max_ctx} to generate"
-            );
-        }
+        session::room(n, max_ctx)?;
         Ok(())
     }
 
-    /// The prompt's ids.
-    pub fn prompt_ids(&self, model: &Loaded) -> crate::Result<Vec<u32>> {
-        self.ids_with(model.tokenizer())
-    }
-
-    fn ids_with(&self, tok: &crate::tokenizer::Tokenizer) -> crate::Result<Vec<u32>> {
-        match &self.prompt {
-            Prompt::Ids(v) => Ok(v.clone()),
-            Prompt::Chat(msgs) => {
-                let tmpl = self.bundle.chat_template(Some(tok))?;
-                tok.encode_raw(&crate::tools::render(
-                    &tmpl,
-                    msgs,
-                    self.tools.as_ref(),
-                    None,
-                )?)
-            }
-            Prompt::Text(t) => tok.encode(t, self.bundle.bos()),
-            Prompt::None => Ok(Vec::new()),
-        }
+    /// The prompt's length in ids, with the tokenizer alone (before the load).
+    fn count_ids(&self, prompt: &SessionPrompt) -> crate::Result<usize> {
+        let tok = crate::tokenizer::Tokenizer::load(self.bundle.tokenizer_path())?;
+        let tmpl = || self.bundle.chat_template(Some(&tok));
+        Ok(session::encode(prompt, tmpl, &tok, self.bundle.bos())?.len())
     }
 
     /// Generation settings for a one-shot run after a prompt of `prompt_len` ids: the
@@ -909,16 +887,11 @@ impl Request {
             } => (expected, teacher),
             _ => (&None, &None),
         };
-        if prompt_len >= max_ctx {
-            bail!(
-                "the prompt is {prompt_len} tokens, which leaves no room in max_ctx {max_ctx} to generate"
-            );
-        }
+        let room = session::room(prompt_len, max_ctx)?;
         let wanted = expected
             .as_ref()
             .or(teacher.as_ref())
             .map_or(self.n_tokens, Vec::len);
-        let room = max_ctx - prompt_len;
         let cfg = GenConfig {
             n_tokens: wanted.min(room),
             allow_nonfinite: self.allow_nonfinite,
