@@ -32,7 +32,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "export"))
-from qhx_export.verify.ties import is_tie  # noqa: E402  (standard library only)
+from qhx_export.verify.ties import agreement as count_agreement  # noqa: E402  (standard library only)
+from qhx_export.verify.ties import is_tie  # noqa: E402
 F16_PREFIX = 8
 F16_AGREEMENT = 0.90
 
@@ -53,31 +54,22 @@ def tie_text(g, step) -> str:
 
 def agreement(g, got, dtype="f16") -> dict:
     """Teacher-forced top-1 agreement of `got` with the gold ids, excused ties counted as
-    agreeing: {rate, same, ties, n, first, text}."""
+    agreeing (qhx_export.verify.ties.agreement): {rate, same, ties, n, first, text}."""
     gold = g["gold_ids"]
-    same = ties = 0
-    first, tie_steps, margins = None, [], []
-    for s, (a, b) in enumerate(zip(got, gold)):
-        if a == b:
-            same += 1
-            continue
-        if first is None:
-            first = s
-        if tie(g, s, a, dtype):
-            ties += 1
-            tie_steps.append(f"step {s} ({tie_text(g, s)})")
-        elif s < len(g.get("top5_first8", [])):
-            top = g["top5_first8"][s]
-            margins.append(f"step {s}: HF top-2 gap {top[0][1] - top[1][1]:.4f}")
-    n = len(gold)
-    rate = (same + ties) / n if n else 0.0
-    where = "none" if first is None else f"step {first}"
-    text = f"first divergence {where}, top-1 agreement {same + ties}/{n} = {rate:.1%} (teacher-forced)"
-    if ties:
-        text += f"; ties within {dtype} resolution: {', '.join(tie_steps)}"
+    top = g.get("top2_all") or g.get("top5_first8", [])
+    a = count_agreement(got, gold, top, dtype)
+    margins = []
+    for s, (x, y) in enumerate(zip(got, gold)):
+        if x != y and s not in a.ties and s < len(g.get("top5_first8", [])):
+            t5 = g["top5_first8"][s]
+            margins.append(f"step {s}: HF top-2 gap {t5[0][1] - t5[1][1]:.4f}")
+    where = "none" if a.first is None else f"step {a.first}"
+    text = f"first divergence {where}, top-1 agreement {a.agree}/{a.n} = {a.rate:.1%} (teacher-forced)"
+    if a.ties:
+        text += f"; ties within {dtype} resolution: {', '.join(f'step {s} ({tie_text(g, s)})' for s in a.ties)}"
     if margins:
         text += f"; {'; '.join(margins)}"
-    return {"rate": rate, "same": same, "ties": ties, "n": n, "first": first, "text": text}
+    return {"rate": a.rate, "same": a.same, "ties": len(a.ties), "n": a.n, "first": a.first, "text": text}
 
 
 def weights_drift(man_path, g):

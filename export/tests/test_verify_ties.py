@@ -4,7 +4,7 @@ reference's top-2 logits differ by less than one f16 step at their magnitude."""
 from __future__ import annotations
 
 from qhx_export.verify.run import row, table
-from qhx_export.verify.ties import ulp
+from qhx_export.verify.ties import agreement, ulp
 
 
 def test_ulp() -> None:
@@ -43,3 +43,14 @@ def test_no_tie_without_a_miss() -> None:
     top2 = [((1, 12.9), (2, 12.8946))]
     r = row("p", [1], [1], top2, [1])
     assert r.ties == [] and r.agree == 1 and r.rate == 1.0
+
+
+def test_agreement_counts_ties_and_the_first_divergence() -> None:
+    """The one count --verify and scripts/parity.py share: a miss past the recorded top-2 steps
+    is never a tie, and the first divergence is the first miss, tie or not."""
+    top2 = [((5, 12.9), (9, 12.8946)), ((6, 4.0), (9, 3.0))]  # step 0 a tie, step 1 a real miss
+    a = agreement([9, 9, 7, 1], [5, 6, 7, 8], top2)
+    assert (a.same, a.ties, a.n, a.first, a.agree) == (1, [0], 4, 0, 2) and a.rate == 0.5
+    b = agreement([5, 6, 7], [5, 6, 7], [])
+    assert (b.same, b.ties, b.first, b.rate) == (3, [], None, 1.0)
+    assert agreement([], [], []).rate == 0.0

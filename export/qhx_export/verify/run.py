@@ -25,7 +25,7 @@ import numpy as np
 
 from qhx_export import ExportError
 from qhx_export.read.base import Checkpoint
-from qhx_export.verify.ties import Top2, is_tie
+from qhx_export.verify.ties import Top2, agreement
 
 THRESHOLDS = {"fp16": 0.98, "w8a16": 0.95, "w4a16": 0.85}
 PROMPTS = [  # short prompts: the simulator runs ~135M MAC/token at well under 1 GMAC/s
@@ -73,11 +73,6 @@ def float_greedy(ck: Checkpoint, ids: Sequence[int], n: int) -> tuple[list[int],
         out.append(i)
         seq.append(i)
     return out, top2
-
-
-def tie_steps(got: Sequence[int], gold: Sequence[int], top2: Sequence[Top2]) -> list[int]:
-    """Steps where `got` misses `gold` by a tie."""
-    return [s for s, (a, b, t) in enumerate(zip(got, gold, top2, strict=False)) if a != b and is_tie(t, a)]
 
 
 def run_qhx(
@@ -147,9 +142,8 @@ class Row:
 
 def row(prompt: str, got: list[int], gold: list[int], top2: Sequence[Top2], ort: list[int] | None) -> Row:
     """One prompt's agreement: equal steps plus ties."""
-    ties = tie_steps(got, gold, top2)
-    same = sum(a == b for a, b in zip(got, gold, strict=False))
-    return Row(prompt, len(gold), same + len(ties), got, ort, gold, ties)
+    a = agreement(got, gold, top2)
+    return Row(prompt, len(gold), a.agree, got, ort, gold, a.ties)
 
 
 def verify(

@@ -389,6 +389,22 @@ def weights_description(ck: Checkpoint, o: EmuOptions, encs: set[str]) -> str:
     return desc
 
 
+def manifest_params(ck: Checkpoint, ctx: int) -> dict[str, Any]:
+    """The manifest's `params`: the model's shape, the context, RoPE and the end ids (the same
+    block for emulator and HTP bundles)."""
+    c = ck.config
+    params: dict[str, Any] = {
+        **c.shape_params(),
+        "max_ctx": ctx,
+        "rope_theta": c.rope_theta,
+        "bos_token_id": ck.bos_token_id(),
+        "eos_token_id": ck.eos_token_id(),
+    }
+    if c.rope_scaling:
+        params["rope_scaling"] = dict(c.rope_scaling)
+    return params
+
+
 # ---- the bundle ---------------------------------------------------------------------------------------
 
 
@@ -397,16 +413,7 @@ def manifest(
 ) -> dict[str, Any]:
     from qhx_export.read.gguf import GgufCheckpoint
 
-    c = ck.config
-    params: dict[str, Any] = {
-        **c.shape_params(),
-        "max_ctx": o.ctx,
-        "rope_theta": c.rope_theta,
-        "bos_token_id": ck.bos_token_id(),
-        "eos_token_id": ck.eos_token_id(),
-    }
-    if c.rope_scaling:
-        params["rope_scaling"] = dict(c.rope_scaling)
+    params = manifest_params(ck, o.ctx)
     if isinstance(ck, GgufCheckpoint):
         source: dict[str, Any] = {"gguf": os.path.basename(ck.path), "gguf_sha256": sha256_file(ck.path)}
     else:

@@ -31,7 +31,7 @@ from qhx_export.graphs import GraphOptions, layer_graph, lmhead_graph, save, spe
 from qhx_export.quant.lpbq import BLOCK as LPBQ_BLOCK
 from qhx_export.read.base import Checkpoint
 from qhx_export.write import lfm2_layout
-from qhx_export.write.emu import generated_weights, layers_section
+from qhx_export.write.emu import generated_weights, layers_section, manifest_params
 from qhx_export.write.files import atomic_open
 from qhx_export.write.options import MIXED_PEAK, HtpOptions
 
@@ -294,15 +294,7 @@ def manifest(
     from qhx_export.read.gguf import GgufCheckpoint
 
     c = ck.config
-    params: dict[str, Any] = {
-        **c.shape_params(),
-        "max_ctx": o.ctx,
-        "rope_theta": c.rope_theta,
-        "bos_token_id": ck.bos_token_id(),
-        "eos_token_id": ck.eos_token_id(),
-    }
-    if c.rope_scaling:
-        params["rope_scaling"] = dict(c.rope_scaling)
+    params = manifest_params(ck, o.ctx)
     if isinstance(ck, GgufCheckpoint):
         source: dict[str, Any] = {
             "gguf": os.path.basename(ck.path),
