@@ -221,6 +221,7 @@ def tiny_gemma3(**over: object) -> Config:
         rope_local_theta=10000.0,
         attn_scale=f32_value(32**-0.5),
         act="gelu_tanh",
+        post_norms=True,
     )
     base.update(over)
     return Config(**base)  # type: ignore[arg-type]
@@ -399,3 +400,15 @@ def test_no_genie_bundles(tmp_path: Path, capsys: pytest.CaptureFixture[str], fa
     args = [str(hf_copy(tmp_path, family)), "-o", str(tmp_path / "b"), "--target", "htp", "--format", "genie"]
     rc, err = run(args, capsys)
     one_line_error(rc, err, 2, f"Genie bundles of {family}")
+
+
+@pytest.mark.parametrize("family", NEW)
+def test_config_flags_say_what_the_weights_hold(family: str) -> None:
+    """The family facts the graphs and writers read from Config (not from tensor names or the
+    family's name): post-norms exactly when the checkpoint has them, the arch qhx_generate runs."""
+    ck = open_checkpoint(str(DATA / family))
+    c = ck.config
+    assert c.post_norms == ("blk.0.post_attention_norm.weight" in ck.family.tensor_shapes(c))
+    assert c.post_norms == (family == "gemma3")
+    assert (ck.family.host_arch or ck.family.name) == {"qwen3": "qwen2"}.get(family, family)
+    assert ck.family.genie_format == (family == "qwen3")

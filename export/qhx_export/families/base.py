@@ -59,6 +59,7 @@ class Config:
     attn_scale: float | None = None  # q.k multiplier; None: 1 / sqrt(head_dim)
     act: str = "silu"  # silu | gelu_tanh
     conv_width: int | None = None  # LFM2 short-conv kernel (L_cache)
+    post_norms: bool = False  # RMSNorms on the attention and FFN outputs too (Gemma 3)
 
     @property
     def types(self) -> tuple[str, ...]:
@@ -282,6 +283,9 @@ class Family:
     gguf_rope_permuted: ClassVar[bool] = False  # llama.cpp's converter permutes q/k rows
     emu_arch: ClassVar[str | None] = None  # manifest arch the qnn-emu graphs run, None: no graphs
     htp_graphs: ClassVar[bool] = True  # graphs/decoder.py builds this family's HTP graphs
+    genie_format: ClassVar[bool] = True  # --format genie can write it (Genie's plain decoder)
+    post_norms: ClassVar[bool] = False  # Config.post_norms
+    host_arch: ClassVar[str | None] = None  # the manifest arch qhx_generate runs it as; None: name
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -389,6 +393,7 @@ class Family:
             max_ctx=_int(meta, f"{a}.context_length", where) if f"{a}.context_length" in meta else None,
             qkv_bias=cls.qkv_bias or "blk.0.attn_q.bias" in shapes,
             qk_norm=cls.qk_norm,
+            post_norms=cls.post_norms,
         )
         cls.check(c, where)
         return c
@@ -416,6 +421,7 @@ class Family:
             max_ctx=_int(cfg, "max_position_embeddings", where) if "max_position_embeddings" in cfg else None,
             qkv_bias=cls.qkv_bias or bool(cfg.get("attention_bias", False)),
             qk_norm=cls.qk_norm,
+            post_norms=cls.post_norms,
         )
         if cfg.get("hidden_act", "silu") != "silu":
             raise ExportError(f"{where}: hidden_act {cfg.get('hidden_act')!r} is not supported (silu)")

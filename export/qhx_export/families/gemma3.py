@@ -66,6 +66,8 @@ def swa_types(n_layers: int, pattern: int = SWA_PATTERN) -> tuple[str, ...]:
 
 class Gemma3(Family):
     name = "gemma3"
+    post_norms = True
+    genie_format = False
     gguf_arches: ClassVar[tuple[str, ...]] = ("gemma3",)
     hf_model_types: ClassVar[tuple[str, ...]] = ("gemma3_text",)
     hf_architecture = "Gemma3ForCausalLM"

@@ -96,6 +96,7 @@ class Lfm2(Family):
     hf_architecture = "Lfm2ForCausalLM"
     emu_arch = "lfm2"
     qk_norm = True
+    genie_format = False
 
     @classmethod
     def supported_layer_types(cls) -> tuple[str, ...]:

@@ -23,6 +23,7 @@ class Qwen3(Family):
     hf_architecture = "Qwen3ForCausalLM"
     emu_arch = "qwen3"
     qk_norm = True
+    host_arch = "qwen2"  # qhx_generate runs it as Qwen2 with its q/k norms in the graphs
 
     @classmethod
     def config_from_hf(cls, cfg: Mapping[str, Any], where: str) -> Config:

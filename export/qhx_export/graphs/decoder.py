@@ -158,11 +158,6 @@ def stream_eps(c: Config, o: GraphOptions) -> float:
     return float(c.rms_eps * o.resid_scale * o.resid_scale)
 
 
-def has_post_norms(c: Config) -> bool:
-    """Gemma 3: post_attention_norm / post_ffw_norm on the attention and FFN outputs."""
-    return "blk.0.post_attention_norm.weight" in registered()[c.family].tensor_shapes(c)
-
-
 def gelu_tanh(b: Builder, x: str) -> str:
     """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); an fp16 overflow of x^3 saturates tanh to
     +-1, the function's own limit."""
@@ -213,7 +208,7 @@ def ffn_block(b: Builder, c: Config, w: WeightFn, i: int, x: str, o: GraphOption
     up = b.linear(n, w(p + "ffn_up.weight"), fp16=keep("ffn_up"))
     g = gelu_tanh(b, gate) if c.act == "gelu_tanh" else silu(b, gate, o.quantized or not o.exact_ops)
     d = b.linear(b.op("Mul", [g, up]), w(p + "ffn_down.weight"), fp16=keep("ffn_down"))
-    if has_post_norms(c):
+    if c.post_norms:
         d = b.rmsnorm(d, norm_weight(c, w, p + "post_ffw_norm.weight") * np.float32(o.resid_scale), c.rms_eps)
     return b.residual(x, d)
 
@@ -305,7 +300,7 @@ def decoder_layer(
         )
     o_ = b.reshape(b.transpose(b.reshape(o_, [nh, R, Dh]), [1, 0, 2]), [R, c.q_rows])
     a = b.linear(o_, w(p + "attn_output.weight"), fp16=keep("attn_output"))
-    if has_post_norms(c):
+    if c.post_norms:
         pw = norm_weight(c, w, p + "post_attention_norm.weight") * np.float32(o.resid_scale)
         a = b.rmsnorm(a, pw, c.rms_eps)
     x = b.residual(x, a)

@@ -131,7 +131,6 @@ def is_bundle_role(role: str) -> bool:
 # qhx_generate's manifest arch (llama, qwen2, qwen3, gemma3, lfm2): the host work of a real bundle
 # differs only by the `layers` section (QK-norm and the rest live in the graphs). Qwen3 bundles
 # say "qwen2", as they did before the runtime knew "qwen3" (source.family says qwen3).
-HOST_ARCH = {"qwen3": "qwen2"}
 
 
 def host_embedding(ck: Checkpoint, resid_scale: float = 1.0) -> np.ndarray:
@@ -148,9 +147,7 @@ STREAM_PEAK = 16384.0  # post-normed families carry the residual stream scaled u
 def stream_scales(ck: Checkpoint, peak: float) -> tuple[float, float]:
     """(residual scale, q/k-norm prescale): powers of two for post-normed families (Gemma 3),
     whose residual stream can pass fp16's range; 1 for the others."""
-    from qhx_export.graphs.decoder import has_post_norms
-
-    if not has_post_norms(ck.config):
+    if not ck.config.post_norms:
         return 1.0, 1.0
     k = max(0, math.ceil(math.log2(peak / STREAM_PEAK))) if peak > STREAM_PEAK else 0
     return 2.0**-k, 0.125
@@ -308,7 +305,7 @@ def manifest(
         "model": {
             "name": o.model_name or ck.default_name(),
             "family": "llm",
-            "arch": HOST_ARCH.get(ck.family.name, ck.family.name),
+            "arch": ck.family.host_arch or ck.family.name,
             "dsp_arch": arch,
             "soc_model": soc_for(o, arch),
             "n_params": ck.n_params(),
@@ -335,7 +332,7 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
     """Write the bundle under `root` (which exists: the staged DIR.partial); returns manifest paths."""
     if o.kv_dtype == "u8" and o.precision == "fp16":
         raise ExportError("--kv-dtype u8 needs a quantized --precision (w8a16 or w4a16)")
-    if o.fmt != "qhx" and (ck.family.name in ("gemma3", "lfm2") or ck.config.layer_types is not None):
+    if o.fmt != "qhx" and (not ck.family.genie_format or ck.config.layer_types is not None):
         raise NotImplementedYet(f"--format {o.fmt}: Genie bundles of {ck.family.name} are not written")
     if "conv" in ck.config.types:
         from qhx_export.write.emu import EmuOptions, check_family_options
