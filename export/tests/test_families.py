@@ -10,7 +10,7 @@ import pytest
 
 from qhx_export import ExportError
 from qhx_export.families import Config, registered
-from qhx_export.families.base import permute_index, unpermute_index
+from qhx_export.families.names import permute_index, unpermute_index
 
 from .conftest import tiny_config, tiny_weights
 

@@ -18,7 +18,7 @@ from safetensors.numpy import load_file, save_file
 from qhx_export import ExportError
 from qhx_export.cli import main
 from qhx_export.families import Config, registered
-from qhx_export.families.base import f32_value
+from qhx_export.families.config import f32_value
 from qhx_export.families.lfm2 import causal_conv, effective_ffn
 from qhx_export.read import open_checkpoint
 from qhx_export.write.emu import read_context

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from qhx_export.families import gemma3, lfm2, llama, qwen2, qwen3
-from qhx_export.families.base import Config, Family, for_gguf_arch, for_hf_config, registered
+from qhx_export.families.base import Family, for_gguf_arch, for_hf_config, registered
+from qhx_export.families.config import Config
 
 __all__ = [
     "Config",

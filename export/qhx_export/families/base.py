@@ -1,5 +1,6 @@
-"""What every decoder family shares: the resolved config, the registry, the HF <-> GGUF maps and
-the numpy float32 reference forward.
+"""What every decoder family shares: the registry and `Family`, whose hooks and reference forward
+a family module overrides. The config (families/config.py), the tensor names (names.py) and the
+numpy pieces of the forward (reference.py) sit beside it.
 
 Internal conventions (every reader hands weights over in this form):
 
@@ -18,82 +19,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from qhx_export import ExportError
-
-Weights = Mapping[str, np.ndarray]
-
-
-def f32_value(v: float) -> float:
-    """A float as the shortest decimal that round-trips through f32 (1e-05, not 9.99999974e-06)."""
-    return float(str(np.float32(v)))
-
-
-@dataclass(frozen=True)
-class Config:
-    """A checkpoint's resolved architecture, the same whichever format it came from."""
-
-    family: str
-    hidden: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    ffn: int
-    vocab: int
-    rms_eps: float
-    rope_theta: float
-    rope_scaling: dict[str, Any] | None  # llama3 keys as HF names them, or None
-    tied: bool  # lm-head shares token_embd.weight
-    max_ctx: int | None  # trained context (max_position_embeddings / context_length)
-    qkv_bias: bool
-    qk_norm: bool
-    # Families past the plain pre-norm decoder (Gemma 3, LFM2); the defaults are Llama's.
-    layer_types: tuple[str, ...] | None = None  # HF names per layer; None: all full_attention
-    sliding_window: int | None = None  # sliding_attention layers see this many positions
-    rope_local_theta: float | None = None  # RoPE base of sliding_attention layers
-    attn_scale: float | None = None  # q.k multiplier; None: 1 / sqrt(head_dim)
-    act: str = "silu"  # silu | gelu_tanh
-    conv_width: int | None = None  # LFM2 short-conv kernel (L_cache)
-    post_norms: bool = False  # RMSNorms on the attention and FFN outputs too (Gemma 3)
-
-    @property
-    def types(self) -> tuple[str, ...]:
-        """One layer type per layer ("full_attention", "sliding_attention" or "conv")."""
-        return self.layer_types or ("full_attention",) * self.n_layers
-
-    @property
-    def attn_layers(self) -> list[int]:
-        """Indices of the layers that have attention (and K/V)."""
-        return [i for i, t in enumerate(self.types) if t != "conv"]
-
-    @property
-    def score_scale(self) -> float:
-        return self.attn_scale if self.attn_scale is not None else 1.0 / math.sqrt(self.head_dim)
-
-    @property
-    def q_rows(self) -> int:
-        return self.n_heads * self.head_dim
-
-    @property
-    def kv_rows(self) -> int:
-        return self.n_kv_heads * self.head_dim
-
-    def shape_params(self) -> dict[str, int]:
-        """The shape keys every manifest's `params` (and Genie's source record) starts with."""
-        return {
-            "hidden": self.hidden,
-            "vocab": self.vocab,
-            "n_layers": self.n_layers,
-            "n_heads": self.n_heads,
-            "n_kv_heads": self.n_kv_heads,
-            "head_dim": self.head_dim,
-        }
-
+from qhx_export.families.config import Config, _float, _int, f32_value, rope_from_hf
+from qhx_export.families.names import (
+    BIAS_NAMES,
+    BUFFERS,
+    GLOBAL_NAMES,
+    LAYER_NAMES,
+    QK_NORM_NAMES,
+    permute_index,
+    unpermute_index,
+)
+from qhx_export.families.reference import (
+    Weights,
+    final_logits,
+    inv_freq,
+    rms_norm,
+    rotate_half_rope,
+    swiglu_residual,
+)
 
 # -------------------------------------------------------------------------------------------------
 # registry
@@ -120,155 +68,6 @@ def for_hf_config(cfg: Mapping[str, Any], where: str) -> type[Family]:
             return fam
     known = sorted(t for f in _REGISTRY.values() for t in f.hf_model_types)
     raise ExportError(f"{where}: model_type is {mt!r}; supported: {', '.join(known)}")
-
-
-# -------------------------------------------------------------------------------------------------
-# tensor names
-
-GLOBAL_NAMES = {  # HF -> GGUF
-    "model.embed_tokens.weight": "token_embd.weight",
-    "model.norm.weight": "output_norm.weight",
-    "lm_head.weight": "output.weight",
-}
-LAYER_NAMES = {  # HF suffix under model.layers.N. -> GGUF suffix under blk.N.
-    "input_layernorm.weight": "attn_norm.weight",
-    "post_attention_layernorm.weight": "ffn_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
-}
-BIAS_NAMES = {
-    "self_attn.q_proj.bias": "attn_q.bias",
-    "self_attn.k_proj.bias": "attn_k.bias",
-    "self_attn.v_proj.bias": "attn_v.bias",
-}
-QK_NORM_NAMES = {
-    "self_attn.q_norm.weight": "attn_q_norm.weight",
-    "self_attn.k_norm.weight": "attn_k_norm.weight",
-}
-# tensors a GGUF may carry that are buffers, not parameters (llama3's per-frequency RoPE divisors)
-BUFFERS = ("rope_freqs.weight",)
-LAYER_TYPES = ("full_attention", "sliding_attention", "conv")
-
-
-# -------------------------------------------------------------------------------------------------
-# numpy pieces of the reference forward
-
-
-def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    var = np.mean(np.square(x, dtype=np.float32), axis=-1, keepdims=True, dtype=np.float32)
-    return (x / np.sqrt(var + np.float32(eps))).astype(np.float32) * w
-
-
-def inv_freq(c: Config, freq_factors: np.ndarray | None = None) -> np.ndarray:
-    """RoPE inverse frequencies [head_dim / 2], with llama3 scaling (or GGUF rope_freqs divisors)."""
-    d = c.head_dim
-    inv = 1.0 / np.power(np.float32(c.rope_theta), np.arange(0, d, 2, dtype=np.float32) / np.float32(d))
-    inv = inv.astype(np.float32)
-    if freq_factors is not None:
-        return (inv / np.asarray(freq_factors, np.float32)).astype(np.float32)
-    rs = c.rope_scaling
-    if not rs:
-        return inv
-    factor = float(rs["factor"])
-    low, high = float(rs["low_freq_factor"]), float(rs["high_freq_factor"])
-    old = float(rs["original_max_position_embeddings"])
-    wavelen = 2.0 * math.pi / inv.astype(np.float64)
-    smooth = (old / wavelen - low) / (high - low)
-    scaled = np.where(
-        wavelen > old / low,
-        inv / factor,
-        np.where(wavelen < old / high, inv, (1.0 - smooth) * inv / factor + smooth * inv),
-    )
-    return scaled.astype(np.float32)
-
-
-def rotate_half_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-    """x [T, heads, d]; cos/sin [T, d/2]: HF's rotate-half RoPE (pairs i, i + d/2)."""
-    half = x.shape[-1] // 2
-    a, b = x[..., :half], x[..., half:]
-    c, s = cos[:, None, :], sin[:, None, :]
-    return np.concatenate([a * c - b * s, b * c + a * s], axis=-1).astype(np.float32)
-
-
-def silu(x: np.ndarray) -> np.ndarray:
-    return (x / (np.float32(1.0) + np.exp(-x))).astype(np.float32)
-
-
-def gelu_tanh(x: np.ndarray) -> np.ndarray:
-    """GELU, tanh approximation (PyTorch's gelu(approximate="tanh"), HF's gelu_pytorch_tanh)."""
-    x = np.asarray(x, np.float32)
-    inner = np.float32(math.sqrt(2.0 / math.pi)) * (x + np.float32(0.044715) * x * x * x)
-    return (np.float32(0.5) * x * (np.float32(1.0) + np.tanh(inner))).astype(np.float32)
-
-
-def rope_tables(
-    c: Config, T: int, theta: float | None = None, freq_factors: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """cos, sin [T, head_dim / 2] for positions 0..T-1; `theta` overrides the base (no scaling)."""
-    if theta is None:
-        inv = inv_freq(c, freq_factors)
-    else:
-        d = c.head_dim
-        inv = (
-            1.0 / np.power(np.float32(theta), np.arange(0, d, 2, dtype=np.float32) / np.float32(d))
-        ).astype(np.float32)
-    ang = np.arange(T, dtype=np.float32)[:, None] * inv[None, :]
-    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
-
-
-def attention(c: Config, q: np.ndarray, k: np.ndarray, v: np.ndarray, hidden: np.ndarray) -> np.ndarray:
-    """Softmax attention of q [T, n_heads, d] over k, v [T, n_kv, d] (after RoPE); `hidden` [T, T]
-    is True where a query may not see a key. Returns [T, n_heads * d]; GQA maps query head j to
-    KV head j // (n_heads / n_kv_heads)."""
-    T, d, g = q.shape[0], c.head_dim, c.n_heads // c.n_kv_heads
-    qg = q.reshape(T, c.n_kv_heads, g, d).transpose(1, 2, 0, 3)  # [kv, g, T, d]
-    kt = k.transpose(1, 2, 0)[:, None]  # [kv, 1, d, T]
-    s = (qg @ kt) * np.float32(c.score_scale)  # [kv, g, T, T]
-    s = np.where(hidden, np.float32(-np.inf), s)
-    s = np.exp(s - s.max(-1, keepdims=True))
-    p = (s / s.sum(-1, keepdims=True)).astype(np.float32)
-    o = p @ v.transpose(1, 0, 2)[:, None]  # [kv, g, T, d]
-    return o.transpose(2, 0, 1, 3).reshape(T, c.q_rows).astype(np.float32)
-
-
-# -------------------------------------------------------------------------------------------------
-# families
-
-
-def _int(meta: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int:
-    v = meta.get(key, default)
-    if v is None:
-        raise ExportError(f"{where}: missing {key}")
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or int(v) < 0:
-        raise ExportError(f"{where}: {key} is {v!r}, expected a non-negative integer")
-    return int(v)
-
-
-def _float(meta: Mapping[str, Any], key: str, where: str, default: float | None = None) -> float:
-    v = meta.get(key, default)
-    if v is None:
-        raise ExportError(f"{where}: missing {key}")
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
-        raise ExportError(f"{where}: {key} is {v!r}, expected a number")
-    return f32_value(float(v))
-
-
-def rope_from_hf(cfg: Mapping[str, Any], where: str) -> tuple[Mapping[str, Any], Any]:
-    """(object holding rope_theta, rope_scaling-like object or None) of a config.json.
-
-    transformers < 5 writes top-level `rope_theta` / `rope_scaling`; transformers 5 writes
-    `rope_parameters` ({"rope_theta", "rope_type", scaling keys}), which is then both."""
-    rp = cfg.get("rope_parameters")
-    if "rope_theta" in cfg or rp is None:
-        return cfg, cfg.get("rope_scaling")
-    if not isinstance(rp, Mapping):
-        raise ExportError(f"{where}: rope_parameters is {rp!r}, expected an object")
-    return rp, rp
 
 
 class Family:
@@ -672,41 +471,3 @@ class Family:
             peak = max(peak, float(np.abs(x).max()))
             x = swiglu_residual(c, w, b, x)
         return final_logits(c, w, x, peak, trace)
-
-
-def swiglu_residual(c: Config, w: Weights, b: str, x: np.ndarray) -> np.ndarray:
-    """x + down(silu(gate(n)) * up(n)), n = RMSNorm(x): the FFN half of a layer `b` ("blk.i.")."""
-    n = rms_norm(x, w[b + "ffn_norm.weight"], c.rms_eps)
-    m = silu(n @ w[b + "ffn_gate.weight"].T) * (n @ w[b + "ffn_up.weight"].T)
-    return (x + m @ w[b + "ffn_down.weight"].T).astype(np.float32)
-
-
-def final_logits(
-    c: Config, w: Weights, x: np.ndarray, peak: float, trace: dict[str, float] | None
-) -> np.ndarray:
-    """The residual stream's last |x| into `peak` (recorded in `trace`), the final RMSNorm and
-    the (tied or own) vocabulary projection: float32 logits [T, vocab]."""
-    peak = max(peak, float(np.abs(x).max()))
-    if trace is not None:
-        trace["residual_max"] = max(trace.get("residual_max", 0.0), peak)
-    x = rms_norm(x, w["output_norm.weight"], c.rms_eps)
-    head = w["token_embd.weight"] if c.tied else w["output.weight"]
-    return (x @ np.asarray(head, np.float32).T).astype(np.float32)
-
-
-# -------------------------------------------------------------------------------------------------
-# llama.cpp's q/k row permutation
-
-
-def unpermute_index(rows: int, n_heads: int, what: str = "tensor") -> np.ndarray:
-    """Gather index taking llama.cpp-stored q/k rows (each head's RoPE pairs adjacent) back to
-    HF rotate-half order: HF row h*d + j*(d/2) + i is stored at row h*d + 2*i + j."""
-    if n_heads <= 0 or rows % n_heads or (rows // n_heads) % 2:
-        raise ExportError(f"{what}: cannot undo the RoPE permutation of {rows} rows over {n_heads} heads")
-    d = rows // n_heads
-    return np.arange(rows).reshape(n_heads, d // 2, 2).transpose(0, 2, 1).reshape(-1)
-
-
-def permute_index(rows: int, n_heads: int, what: str = "tensor") -> np.ndarray:
-    """The inverse gather: HF rows -> llama.cpp's stored order."""
-    return np.argsort(unpermute_index(rows, n_heads, what))

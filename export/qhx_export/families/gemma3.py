@@ -26,16 +26,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from qhx_export import ExportError
-from qhx_export.families.base import (
-    LAYER_NAMES,
-    QK_NORM_NAMES,
-    Config,
-    Family,
+from qhx_export.families.base import Family
+from qhx_export.families.config import Config, _float, _int, f32_value
+from qhx_export.families.names import LAYER_NAMES, QK_NORM_NAMES
+from qhx_export.families.reference import (
     Weights,
-    _float,
-    _int,
     attention,
-    f32_value,
     gelu_tanh,
     rms_norm,
     rope_tables,

@@ -25,11 +25,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from qhx_export import ExportError
-from qhx_export.families.base import (
-    Config,
-    Family,
+from qhx_export.families.base import Family
+from qhx_export.families.config import Config, _int
+from qhx_export.families.reference import (
     Weights,
-    _int,
     attention,
     final_logits,
     rms_norm,

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from qhx_export import ExportError
-from qhx_export.families.base import Config, Family
+from qhx_export.families.base import Family
+from qhx_export.families.config import Config
 
 
 class Qwen2(Family):

@@ -13,7 +13,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from qhx_export import ExportError
-from qhx_export.families.base import Config, Family, Weights, rms_norm
+from qhx_export.families.base import Family
+from qhx_export.families.config import Config
+from qhx_export.families.reference import Weights, rms_norm
 
 
 class Qwen3(Family):

@@ -55,7 +55,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from qhx_export.families.base import Config, registered
+from qhx_export.families.base import registered
+from qhx_export.families.config import Config
 from qhx_export.graphs.builder import OPSET, Builder, value_info
 
 FLOAT_NODES_KEY = "qhx_float_nodes"  # model property: nodes mixed precision keeps in float

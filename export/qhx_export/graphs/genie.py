@@ -34,7 +34,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from qhx_export.families.base import Config
+from qhx_export.families.config import Config
 from qhx_export.graphs.builder import OPSET, Builder
 from qhx_export.graphs.decoder import (
     FLOAT_NODES_KEY,

@@ -53,8 +53,8 @@ LIBM = _libm()
 def host_inv_freq(theta: float, head_dim: int, scaling: dict[str, Any] | None) -> np.ndarray:
     """RoPE inverse frequencies as qhx's host computes them: 1 / powf(theta, 2i / d) in f32 (numpy's
     f32 power differs from libm's powf in the last bit for ~15 % of them); llama3 scaling as in
-    families.base.inv_freq."""
-    from qhx_export.families.base import inv_freq
+    families.reference.inv_freq."""
+    from qhx_export.families.reference import inv_freq
 
     if scaling or LIBM is None:
         return inv_freq(_RopeCfg(theta, head_dim, scaling))  # type: ignore[arg-type]

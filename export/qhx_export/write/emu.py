@@ -25,7 +25,7 @@ import numpy as np
 
 from qhx_export import ExportError, NotImplementedYet
 from qhx_export.dequant import GgmlType, type_name
-from qhx_export.families.base import Config, f32_value
+from qhx_export.families.config import Config, f32_value
 from qhx_export.read.base import Checkpoint, sha256_file
 from qhx_export.write import lfm2_layout
 from qhx_export.write.files import atomic_open

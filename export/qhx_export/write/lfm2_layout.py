@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from qhx_export import ExportError
-from qhx_export.families.base import Config
+from qhx_export.families.config import Config
 
 QHX = "qhx"
 EMBED = "lfm_embed_f16.bin"
