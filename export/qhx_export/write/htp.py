@@ -1,6 +1,7 @@
-"""Real HTP bundles (`--target htp`): ONNX graphs (qhx_export.graphs) compiled into QNN context
-binaries (qhx_export.compile.htp), one binary per graph, plus the f16 embedding, the tokenizer
-and the manifest qhx_generate reads.
+"""Real HTP bundles (`--target htp`), the pipeline: the graphs (write/htp_graphs.py), calibrated
+and quantized (write/calibrate.py), compiled into QNN context binaries (qhx_export.compile.htp),
+one binary per graph, plus the f16 embedding, the tokenizer and the manifest qhx_generate reads;
+the Genie form (write/genie.py) from the same graphs; the report.
 
 Bundle files (per arch directory with `--arch all`):
   <name>_<role>_qnn.bin   the context binary (role: prefill, decode, lmhead)
@@ -12,14 +13,10 @@ and the scale/offset of fixed-point graph I/O.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import os
 import shutil
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -27,257 +24,18 @@ import numpy as np
 from qhx_export import ExportError, NotImplementedYet, __version__
 from qhx_export.cache import StageCache, key_of, source_hash
 from qhx_export.compile import htp as qc
-from qhx_export.graphs import GraphOptions, layer_graph, lmhead_graph, save, specs
-from qhx_export.quant.lpbq import BLOCK as LPBQ_BLOCK
+from qhx_export.graphs import GraphOptions
 from qhx_export.read.base import Checkpoint
 from qhx_export.write import lfm2_layout
+from qhx_export.write.calibrate import calib_ids, norm_prescale, quantize_graphs, stream_scales
 from qhx_export.write.emu import generated_weights, layers_section, manifest_params
 from qhx_export.write.files import atomic_open
-from qhx_export.write.options import MIXED_PEAK, HtpOptions
-
-Log = Callable[[str], None]
-Progress = Callable[[str, int], Callable[[], None]]
-NORM_PEAK = 128.0  # RMSNorm inputs are scaled so the largest |x| seen is at most this (x^2 < 65504)
+from qhx_export.write.htp_graphs import Graph, build_graphs, extra_verify_rows, host_embedding, is_bundle_role
+from qhx_export.write.options import HtpOptions, Log, Progress
 
 
 def soc_for(o: HtpOptions, arch: str) -> int:
     return o.soc if o.soc is not None else qc.SOC_DEFAULT[arch]
-
-
-def calib_texts(ck: Checkpoint, o: HtpOptions) -> list[str]:
-    from qhx_export.quant import corpus
-
-    return corpus.from_file(o.calib) if o.calib else corpus.builtin(ck.chat_template())
-
-
-def calib_ids(ck: Checkpoint, o: HtpOptions, max_len: int) -> list[list[int]]:
-    from qhx_export.quant import corpus
-
-    return corpus.tokenize(calib_texts(ck, o), ck.tokenizer_json(), ck.bos_token_id(), max_len)
-
-
-def norm_prescale(ck: Checkpoint, seqs: list[list[int]]) -> tuple[float, float]:
-    """(prescale, residual peak): the largest |x| entering an RMSNorm over `seqs` (float
-    reference), and the power of two that brings it under NORM_PEAK."""
-    trace: dict[str, float] = {}
-    w = ck.weights()
-    for ids in seqs:
-        ck.family.forward(ck.config, w, ids, trace)
-    peak = trace.get("residual_max", 0.0)
-    k = max(0, math.ceil(math.log2(peak / NORM_PEAK))) if peak > NORM_PEAK else 0
-    return 2.0**-k, peak
-
-
-@dataclass
-class Graph:
-    """One graph on its way to a context binary: the ONNX file, how QNN runs it (fp16: float graph,
-    quant: pure QDQ, mixed: QDQ with fp16 nodes), its fixed-point I/O, and its stage-cache key."""
-
-    path: str
-    mode: str
-    quant: dict[str, tuple[float, int]]
-    key: str
-
-
-def build_graphs(
-    ck: Checkpoint,
-    o: HtpOptions,
-    cache: StageCache,
-    src: str,
-    gopts: GraphOptions,
-    log: Log,
-    tick: Callable[[], None],
-) -> dict[str, Graph]:
-    """Float ONNX graphs by role. Besides the bundle's roles, `est_verify_<k>` graphs (k rows over
-    the cache) for the estimate table of --estimate-verify."""
-    c = ck.config
-    sp = specs(c, o.name, o.ar, o.ctx, o.prefill, gopts.quantized, o.verify_rows, gopts.io_f16, o.kv_layout)
-    for k in extra_verify_rows(o):
-        sp[f"est_verify_{k}"] = specs(
-            c, o.name, o.ar, o.ctx, "none", gopts.quantized, k, kv_layout=o.kv_layout
-        )["verify"]
-    out, cached = {}, 0
-    for role in ("prefill", "verify", "decode", "lmhead", *(r for r in sp if r.startswith("est_"))):
-        if role not in sp:
-            continue
-        key = key_of("graph", {"source": src, "spec": sp[role], "options": asdict(gopts), "role": role})
-
-        def build(d: str, role: str = role) -> None:
-            fn = lmhead_graph if role == "lmhead" else layer_graph
-            # each tensor read when the graph takes it and dropped after (no cache of every
-            # weight in f32: that alone is 7 GB for a 1.5B model)
-            m = fn(c, ck.float32, sp[role], gopts)
-            save(m, os.path.join(d, "graph.onnx"))
-
-        d, hit = cache.entry("graph", key, build)
-        cached += hit
-        out[role] = Graph(os.path.join(d, "graph.onnx"), "fp16", {}, key)
-        tick()
-    if cached:
-        log(f"float graphs: {cached} of {len(out)} from the stage cache")
-    return out
-
-
-def extra_verify_rows(o: HtpOptions) -> list[int]:
-    """--estimate-verify row counts that are not the bundle's own verify graph."""
-    return sorted({k for k in o.estimate_verify if k != o.verify_rows})
-
-
-def is_bundle_role(role: str) -> bool:
-    """False for graphs built only to be estimated."""
-    return not role.startswith("est_")
-
-
-# qhx_generate's manifest arch (llama, qwen2, qwen3, gemma3, lfm2): the host work of a real bundle
-# differs only by the `layers` section (QK-norm and the rest live in the graphs). Qwen3 bundles
-# say "qwen2", as they did before the runtime knew "qwen3" (source.family says qwen3).
-
-
-def host_embedding(ck: Checkpoint, resid_scale: float = 1.0) -> np.ndarray:
-    """The host's f32 embedding table: token_embd, times the family's scale (Gemma: sqrt(hidden))
-    and the graphs' residual-stream scale."""
-    emb = ck.float32("token_embd.weight")
-    scale = (ck.family.embed_scale(ck.config) or 1.0) * resid_scale
-    return (emb * np.float32(scale)).astype(np.float32) if scale != 1.0 else emb
-
-
-STREAM_PEAK = 16384.0  # post-normed families carry the residual stream scaled under this
-
-
-def stream_scales(ck: Checkpoint, peak: float) -> tuple[float, float]:
-    """(residual scale, q/k-norm prescale): powers of two for post-normed families (Gemma 3),
-    whose residual stream can pass fp16's range; 1 for the others."""
-    if not ck.config.post_norms:
-        return 1.0, 1.0
-    k = max(0, math.ceil(math.log2(peak / STREAM_PEAK))) if peak > STREAM_PEAK else 0
-    return 2.0**-k, 0.125
-
-
-def quantize_graphs(
-    ck: Checkpoint,
-    o: HtpOptions,
-    graphs: dict[str, Graph],
-    seqs: list[list[int]],
-    peak: float,
-    cache: StageCache,
-    log: Log,
-    progress: Progress,
-) -> dict[str, Graph]:
-    """Calibrate and QDQ-quantize: the graphs to compile, by role."""
-    from qhx_export.quant.qdq import (
-        CALIB_MASK,
-        feeds_stream,
-        fixed_point_io,
-        minmax,
-        quantize,
-        tied_kv_ranges,
-    )
-    from qhx_export.verify.loop import Loop, cpu_graph
-
-    c = ck.config
-    bits = 4 if o.precision == "w4a16" else 8
-    mixed = peak > MIXED_PEAK
-    wdesc = "int8 per-channel" if bits == 8 else f"int4 LPBQ (blocks of {LPBQ_BLOCK})"
-    log(
-        f"{o.precision}: {wdesc} weights, uint16 activations"
-        f"{f'; residual adds and RMSNorms in fp16 (residual peak {peak:.0f})' if mixed else ''}; "
-        f"calibrating on {len(seqs)} sequences ({o.calib_steps} decode steps)"
-    )
-    man = {
-        "params": {
-            "hidden": c.hidden,
-            "head_dim": c.head_dim,
-            "n_kv_heads": c.n_kv_heads,
-            "n_layers": c.n_layers,
-            "rope_theta": c.rope_theta,
-            "rope_scaling": c.rope_scaling,
-        },
-        "layers": layers_section(c, o.ctx),
-    }
-    resid_scale = o.report.get("graph", {}).get("residual_scale", 1.0)
-    emb = host_embedding(ck, resid_scale).astype(np.float16)
-
-    def make_loop(role: str) -> Callable[[], Loop]:
-        # only the graphs calibrating `role` needs: a 1B model's float graph is ~4 GB in ORT
-        need = {"prefill", "decode", role} | ({"lmhead"} if role == "lmhead" else set())
-        return lambda: Loop(
-            man,
-            cache.scratch,
-            {r: cpu_graph(graphs[r].path) for r in graphs if r in need},
-            neg_override=CALIB_MASK,
-            embed=emb,
-        )
-
-    # w4a16: the lm-head too, with int8 per-channel weights (4-bit logits lose too much);
-    # w8a16 keeps an fp16 lm-head
-    roles = [r for r in graphs if r != "lmhead"] + (["lmhead"] if bits == 4 else [])
-    # what calibration read: every float graph (the loop runs prefill / decode / lm-head), the
-    # token sequences, the step budget and the host embedding's scale
-    calib_in = {
-        "graphs": {r: g.key for r, g in sorted(graphs.items())},
-        "seqs": hashlib.sha256(json.dumps(seqs).encode()).hexdigest(),
-        "steps": o.calib_steps,
-        "resid_scale": resid_scale,
-    }
-    ranges, calib_keys = {}, {}
-    tick = progress("calibrate", len(roles))
-    for role in roles:
-        t0 = time.monotonic()
-        calib_keys[role] = key_of("calibrate", {**calib_in, "role": role})
-
-        def run(d: str, role: str = role) -> None:
-            r, _ = minmax(graphs[role].path, feeds_stream(make_loop(role), seqs, role, o.calib_steps))
-            with open(os.path.join(d, "ranges.json"), "w") as f:
-                json.dump(r, f)
-
-        d, hit = cache.entry("calibrate", calib_keys[role], run)
-        with open(os.path.join(d, "ranges.json")) as f:
-            ranges[role] = {k: (float(v[0]), float(v[1])) for k, v in json.load(f).items()}
-        log(f"calibrated {role} ({'cached' if hit else f'{time.monotonic() - t0:.1f}s'})")
-        tick()
-    kv_ranges = tied_kv_ranges([ranges[r] for r in roles if r != "lmhead"])
-    out: dict[str, Graph] = {}
-    kv_u8 = o.kv_dtype == "u8"
-    tick = progress("quantize", len(roles))
-    for role in roles:
-        t0 = time.monotonic()
-        rbits = 8 if role == "lmhead" else bits
-        rmixed = mixed and role != "lmhead"
-        # tied K/V ranges make every role's QDQ graph depend on every role's calibration
-        key = key_of(
-            "quantize",
-            {"calib": calib_keys, "role": role, "bits": rbits, "mixed": rmixed, "kv_u8": kv_u8},
-        )
-
-        def run(d: str, role: str = role, rbits: int = rbits, rmixed: bool = rmixed) -> None:
-            dst = os.path.join(d, "graph.qdq.onnx")
-            quantize(graphs[role].path, dst, ranges[role], rbits, rmixed, kv_u8, kv_ranges)
-            with open(os.path.join(d, "io.json"), "w") as f:
-                json.dump(fixed_point_io(dst), f)
-
-        d, hit = cache.entry("quantize", key, run)
-        with open(os.path.join(d, "io.json")) as f:
-            quant = {k: (float(v[0]), int(v[1])) for k, v in json.load(f).items()}
-        fp16_inside = (mixed or bool(o.fp16_weights)) and role != "lmhead"
-        out[role] = Graph(os.path.join(d, "graph.qdq.onnx"), "mixed" if fp16_inside else "quant", quant, key)
-        log(f"quantized {role} ({'cached' if hit else f'{time.monotonic() - t0:.1f}s'})")
-        tick()
-    if "lmhead" not in out:
-        out["lmhead"] = graphs["lmhead"]
-    o.report["quantization"] = {
-        "weights": "int8 symmetric per output channel (MatMul)"
-        if bits == 8
-        else f"int4 symmetric, blocks of {LPBQ_BLOCK} input rows: 4-bit multipliers of a per-channel "
-        "scale (QNN LPBQ)",
-        "activations": "uint16 asymmetric (MinMax)",
-        "mixed_fp16": mixed,
-        "fp16_weights": list(o.fp16_weights),
-        "lmhead": "int8 per channel, uint16 activations" if bits == 4 else "fp16",
-        "kv_cache": "uint8, input and output ranges tied per layer" if o.kv_dtype == "u8" else "uint16",
-        "calibration_sequences": len(seqs),
-        "calibration_decode_steps": o.calib_steps,
-    }
-    return out
 
 
 def manifest(

@@ -4,8 +4,12 @@ writer imports the other."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+Log = Callable[[str], None]  # a progress line to stderr
+Progress = Callable[[str, int], Callable[[], None]]  # a stage of n steps; the callable ticks one
 
 MIXED_PEAK = 1024.0  # a residual stream wider than this keeps its adds and norms in fp16
 

@@ -1,0 +1,186 @@
+"""Calibration and quantization of an HTP bundle's graphs: the calibration text and ids, the
+RMSNorm prescale and residual-stream scales that keep fp16 in range, and each graph's QDQ form
+from ranges recorded by running the float graphs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from qhx_export.cache import StageCache, key_of
+from qhx_export.quant.lpbq import BLOCK as LPBQ_BLOCK
+from qhx_export.read.base import Checkpoint
+from qhx_export.write.emu import layers_section
+from qhx_export.write.htp_graphs import Graph, host_embedding
+from qhx_export.write.options import MIXED_PEAK, HtpOptions, Log, Progress
+
+NORM_PEAK = 128.0  # RMSNorm inputs are scaled so the largest |x| seen is at most this (x^2 < 65504)
+
+
+def calib_texts(ck: Checkpoint, o: HtpOptions) -> list[str]:
+    from qhx_export.quant import corpus
+
+    return corpus.from_file(o.calib) if o.calib else corpus.builtin(ck.chat_template())
+
+
+def calib_ids(ck: Checkpoint, o: HtpOptions, max_len: int) -> list[list[int]]:
+    from qhx_export.quant import corpus
+
+    return corpus.tokenize(calib_texts(ck, o), ck.tokenizer_json(), ck.bos_token_id(), max_len)
+
+
+def norm_prescale(ck: Checkpoint, seqs: list[list[int]]) -> tuple[float, float]:
+    """(prescale, residual peak): the largest |x| entering an RMSNorm over `seqs` (float
+    reference), and the power of two that brings it under NORM_PEAK."""
+    trace: dict[str, float] = {}
+    w = ck.weights()
+    for ids in seqs:
+        ck.family.forward(ck.config, w, ids, trace)
+    peak = trace.get("residual_max", 0.0)
+    k = max(0, math.ceil(math.log2(peak / NORM_PEAK))) if peak > NORM_PEAK else 0
+    return 2.0**-k, peak
+
+
+STREAM_PEAK = 16384.0  # post-normed families carry the residual stream scaled under this
+
+
+def stream_scales(ck: Checkpoint, peak: float) -> tuple[float, float]:
+    """(residual scale, q/k-norm prescale): powers of two for post-normed families (Gemma 3),
+    whose residual stream can pass fp16's range; 1 for the others."""
+    if not ck.config.post_norms:
+        return 1.0, 1.0
+    k = max(0, math.ceil(math.log2(peak / STREAM_PEAK))) if peak > STREAM_PEAK else 0
+    return 2.0**-k, 0.125
+
+
+def quantize_graphs(
+    ck: Checkpoint,
+    o: HtpOptions,
+    graphs: dict[str, Graph],
+    seqs: list[list[int]],
+    peak: float,
+    cache: StageCache,
+    log: Log,
+    progress: Progress,
+) -> dict[str, Graph]:
+    """Calibrate and QDQ-quantize: the graphs to compile, by role."""
+    from qhx_export.quant.qdq import (
+        CALIB_MASK,
+        feeds_stream,
+        fixed_point_io,
+        minmax,
+        quantize,
+        tied_kv_ranges,
+    )
+    from qhx_export.verify.loop import Loop, cpu_graph
+
+    c = ck.config
+    bits = 4 if o.precision == "w4a16" else 8
+    mixed = peak > MIXED_PEAK
+    wdesc = "int8 per-channel" if bits == 8 else f"int4 LPBQ (blocks of {LPBQ_BLOCK})"
+    log(
+        f"{o.precision}: {wdesc} weights, uint16 activations"
+        f"{f'; residual adds and RMSNorms in fp16 (residual peak {peak:.0f})' if mixed else ''}; "
+        f"calibrating on {len(seqs)} sequences ({o.calib_steps} decode steps)"
+    )
+    man = {
+        "params": {
+            "hidden": c.hidden,
+            "head_dim": c.head_dim,
+            "n_kv_heads": c.n_kv_heads,
+            "n_layers": c.n_layers,
+            "rope_theta": c.rope_theta,
+            "rope_scaling": c.rope_scaling,
+        },
+        "layers": layers_section(c, o.ctx),
+    }
+    resid_scale = o.report.get("graph", {}).get("residual_scale", 1.0)
+    emb = host_embedding(ck, resid_scale).astype(np.float16)
+
+    def make_loop(role: str) -> Callable[[], Loop]:
+        # only the graphs calibrating `role` needs: a 1B model's float graph is ~4 GB in ORT
+        need = {"prefill", "decode", role} | ({"lmhead"} if role == "lmhead" else set())
+        return lambda: Loop(
+            man,
+            cache.scratch,
+            {r: cpu_graph(graphs[r].path) for r in graphs if r in need},
+            neg_override=CALIB_MASK,
+            embed=emb,
+        )
+
+    # w4a16: the lm-head too, with int8 per-channel weights (4-bit logits lose too much);
+    # w8a16 keeps an fp16 lm-head
+    roles = [r for r in graphs if r != "lmhead"] + (["lmhead"] if bits == 4 else [])
+    # what calibration read: every float graph (the loop runs prefill / decode / lm-head), the
+    # token sequences, the step budget and the host embedding's scale
+    calib_in = {
+        "graphs": {r: g.key for r, g in sorted(graphs.items())},
+        "seqs": hashlib.sha256(json.dumps(seqs).encode()).hexdigest(),
+        "steps": o.calib_steps,
+        "resid_scale": resid_scale,
+    }
+    ranges, calib_keys = {}, {}
+    tick = progress("calibrate", len(roles))
+    for role in roles:
+        t0 = time.monotonic()
+        calib_keys[role] = key_of("calibrate", {**calib_in, "role": role})
+
+        def run(d: str, role: str = role) -> None:
+            r, _ = minmax(graphs[role].path, feeds_stream(make_loop(role), seqs, role, o.calib_steps))
+            with open(os.path.join(d, "ranges.json"), "w") as f:
+                json.dump(r, f)
+
+        d, hit = cache.entry("calibrate", calib_keys[role], run)
+        with open(os.path.join(d, "ranges.json")) as f:
+            ranges[role] = {k: (float(v[0]), float(v[1])) for k, v in json.load(f).items()}
+        log(f"calibrated {role} ({'cached' if hit else f'{time.monotonic() - t0:.1f}s'})")
+        tick()
+    kv_ranges = tied_kv_ranges([ranges[r] for r in roles if r != "lmhead"])
+    out: dict[str, Graph] = {}
+    kv_u8 = o.kv_dtype == "u8"
+    tick = progress("quantize", len(roles))
+    for role in roles:
+        t0 = time.monotonic()
+        rbits = 8 if role == "lmhead" else bits
+        rmixed = mixed and role != "lmhead"
+        # tied K/V ranges make every role's QDQ graph depend on every role's calibration
+        key = key_of(
+            "quantize",
+            {"calib": calib_keys, "role": role, "bits": rbits, "mixed": rmixed, "kv_u8": kv_u8},
+        )
+
+        def run(d: str, role: str = role, rbits: int = rbits, rmixed: bool = rmixed) -> None:
+            dst = os.path.join(d, "graph.qdq.onnx")
+            quantize(graphs[role].path, dst, ranges[role], rbits, rmixed, kv_u8, kv_ranges)
+            with open(os.path.join(d, "io.json"), "w") as f:
+                json.dump(fixed_point_io(dst), f)
+
+        d, hit = cache.entry("quantize", key, run)
+        with open(os.path.join(d, "io.json")) as f:
+            quant = {k: (float(v[0]), int(v[1])) for k, v in json.load(f).items()}
+        fp16_inside = (mixed or bool(o.fp16_weights)) and role != "lmhead"
+        out[role] = Graph(os.path.join(d, "graph.qdq.onnx"), "mixed" if fp16_inside else "quant", quant, key)
+        log(f"quantized {role} ({'cached' if hit else f'{time.monotonic() - t0:.1f}s'})")
+        tick()
+    if "lmhead" not in out:
+        out["lmhead"] = graphs["lmhead"]
+    o.report["quantization"] = {
+        "weights": "int8 symmetric per output channel (MatMul)"
+        if bits == 8
+        else f"int4 symmetric, blocks of {LPBQ_BLOCK} input rows: 4-bit multipliers of a per-channel "
+        "scale (QNN LPBQ)",
+        "activations": "uint16 asymmetric (MinMax)",
+        "mixed_fp16": mixed,
+        "fp16_weights": list(o.fp16_weights),
+        "lmhead": "int8 per channel, uint16 activations" if bits == 4 else "fp16",
+        "kv_cache": "uint8, input and output ranges tied per layer" if o.kv_dtype == "u8" else "uint16",
+        "calibration_sequences": len(seqs),
+        "calibration_decode_steps": o.calib_steps,
+    }
+    return out
