@@ -36,16 +36,7 @@ def build(
         fn = lmhead_graph if role == "lmhead" else layer_graph
         save(fn(c, lambda n: w[n], s, o), str(tmp / f"{role}.onnx"))
         graphs[role] = cpu_graph(str(tmp / f"{role}.onnx"))
-    man = {
-        "params": {
-            "hidden": c.hidden,
-            "head_dim": c.head_dim,
-            "n_kv_heads": c.n_kv_heads,
-            "n_layers": c.n_layers,
-            "rope_theta": c.rope_theta,
-            "rope_scaling": c.rope_scaling,
-        }
-    }
+    man = {"params": c.rope_params()}
     return Loop(man, str(tmp), graphs, embed=w["token_embd.weight"])
 
 

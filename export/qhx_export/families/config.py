@@ -79,6 +79,10 @@ class Config:
             "head_dim": self.head_dim,
         }
 
+    def rope_params(self) -> dict[str, Any]:
+        """The shape keys and RoPE: what a host loop over the graphs (verify/loop.py) reads."""
+        return {**self.shape_params(), "rope_theta": self.rope_theta, "rope_scaling": self.rope_scaling}
+
 
 def _int(meta: Mapping[str, Any], key: str, where: str, default: int | None = None) -> int:
     v = meta.get(key, default)

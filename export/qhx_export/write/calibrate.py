@@ -89,17 +89,7 @@ def quantize_graphs(
         f"{f'; residual adds and RMSNorms in fp16 (residual peak {peak:.0f})' if mixed else ''}; "
         f"calibrating on {len(seqs)} sequences ({o.calib_steps} decode steps)"
     )
-    man = {
-        "params": {
-            "hidden": c.hidden,
-            "head_dim": c.head_dim,
-            "n_kv_heads": c.n_kv_heads,
-            "n_layers": c.n_layers,
-            "rope_theta": c.rope_theta,
-            "rope_scaling": c.rope_scaling,
-        },
-        "layers": layers_section(c, o.ctx),
-    }
+    man = {"params": c.rope_params(), "layers": layers_section(c, o.ctx)}
     resid_scale = o.report.get("graph", {}).get("residual_scale", 1.0)
     emb = host_embedding(ck, resid_scale).astype(np.float16)
 
