@@ -9,7 +9,7 @@
 # The tiny families are the HF directories of scripts/tiny_models.py (write_hf_dir): qwen2 and
 # llama3 are build-parity.sh's (target/bundles/parity/hf/, the goldens' weights and tokenizers),
 # llama3echo is written here (target/bundles/tiny-hf/). Every bundle keeps its ONNX graphs
-# (--keep-onnx): scripts/real_ref.py --fp32-twin runs the float ones on ORT's CPU EP.
+# (--keep-onnx): python -m qhx_export.verify.loop --fp32-twin runs the float ones on ORT's CPU EP.
 #
 #   qwen2-fp16-none                 tiny Qwen2 + DeepSeek-R1-Distill tokenizer, fp16, decode over
 #                                   the prompt, no prefill graph (the DeepSeek v81 seed's shape)

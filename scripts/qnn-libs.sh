@@ -5,7 +5,7 @@
 #   scripts/qnn-libs.sh          prints, as its last line, the directory holding the real
 #                                libQnnHtp.so and libQnnSystem.so (progress goes to stderr)
 #   scripts/qnn-libs.sh --python prints the venv's python instead (onnx + onnxruntime QNN EP,
-#                                used by the exporter --target htp and scripts/real_ref.py)
+#                                used by the exporter --target htp and the reference loop qhx_export.verify.loop)
 #
 # Cache: QHX_CACHE (default ~/.cache/qhx)/venv-qnn, kept apart from venv/ so the asset tools'
 # pins (scripts/fetch-assets.sh) never move; reinstalled only when the pin stamp changes.

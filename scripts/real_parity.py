@@ -2,7 +2,7 @@
 """Parity on the real QNN HTP backend: every real bundle (scripts/build-real.sh) through the
 unchanged qhx_generate with the real libQnnHtp.so / libQnnSystem.so, against
 
-  (a) scripts/real_ref.py: a Python token loop driving the *same* context binaries through
+  (a) qhx_export.verify.loop: a Python token loop driving the *same* context binaries through
       onnxruntime's QNN EP, with its own host work (embed, RoPE, masks, K/V rows,
       quantize/dequantize). Same backend, same binaries: the ids must be identical, for a
       free greedy run (--json output_ids) and for a teacher-forced run over the gold ids;
@@ -76,19 +76,19 @@ def ref_run(args, man, jobs, twin=False):
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(jobs, f)
     try:
-        cmd = [args.python, os.path.join(ROOT, "scripts/real_ref.py"), man, "0", "--jobs", f.name]
+        cmd = [args.python, "-m", "qhx_export.verify.loop", man, "0", "--jobs", f.name]
         r = subprocess.run(cmd + (["--fp32-twin"] if twin else []), capture_output=True, text=True)
     finally:
         os.unlink(f.name)
     doc = one_json(r.stdout) if r.returncode == 0 else None
     if doc is None:
-        raise RuntimeError(f"real_ref.py{' --fp32-twin' if twin else ''} failed (exit {r.returncode}): "
+        raise RuntimeError(f"qhx_export.verify.loop{' --fp32-twin' if twin else ''} failed (exit {r.returncode}): "
                            f"{r.stderr.strip().splitlines()[-3:]}")
     return doc
 
 
 def reference(args, man, goldens):
-    """real_ref.py over every case of one bundle (sessions loaded once): {case: (free or None,
+    """The reference loop (qhx_export.verify.loop) over every case of one bundle (sessions loaded once): {case: (free or None,
     teacher-forced, fp32 twin's per-step top-2)}. The free run is done for the first case."""
     jobs = []
     for k, g in enumerate(goldens):
@@ -134,7 +134,7 @@ SPEC_ONLY = {"llama3echo-fp16-past": ("llama3", "code")}
 
 def spec_case(args, d, man, g):
     """--spec lookup on the real backend: qhx_generate's greedy ids (every draft verified, so
-    the schedule does not depend on timing) against real_ref.py's loop on the same verify
+    the schedule does not depend on timing) against the reference loop on the same verify
     schedule (drafts checked by one prefill execute over the cache). Same binaries, same
     schedule: the ids must be equal; and at least one verify must have run."""
     r = qhx(args, d, man, g, SPEC_TOKENS, ["--spec", "lookup", "--spec-adaptive", "off", "--draft-max", str(SPEC_DRAFT)])

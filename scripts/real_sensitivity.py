@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """How much does a real bundle's first token depend on one-LSB changes of its inputs?
 
-Runs the ORT reference loop (scripts/real_ref.py) on one golden prompt twice: with the RoPE
-tables computed in float32 (as qhx and real_ref.py do) and in float64 rounded to float32. The
+Runs the ORT reference loop (qhx_export.verify.loop) on one golden prompt twice: with the RoPE
+tables computed in float32 (as qhx and the reference loop do) and in float64 rounded to float32. The
 two tables differ by at most one quantization step in a handful of elements. A well-conditioned
 bundle gives the same top-5 both times; an ill-conditioned one (SmolLM2 W8A16 with its
 residual adds and RMSNorms quantized too, which the exporter no longer does: its residual stream
@@ -19,8 +19,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import real_ref as rr  # noqa: E402
+from qhx_export.verify import loop as rr
 
 
 def rope_rows_f64(inv, pos0, n):
@@ -40,7 +39,6 @@ def main() -> int:
     man_path, golden = sys.argv[1], sys.argv[2]
     ids = json.load(open(golden, encoding="utf-8"))["input_ids"]
     man = json.load(open(man_path, encoding="utf-8"))
-    rr.register_qnn()
     loop = rr.load_bundle(man_path)
     g = loop.pre or loop.dec
     n = g.inputs["cos"].dims[0]
@@ -73,7 +71,7 @@ def main() -> int:
     loop.run_prompt(ids)
     print(f"reference, cos[p, 1] + 1 step for {rows} rows: {top5(loop.logits())}")
     g.set = set_orig
-    twin = rr.load_bundle(man_path, fp32_twin=True)
+    twin = rr.load_bundle(man_path, float_twin=True)
     twin.run_prompt(ids)
     print(f"fp32 twin:           {top5(twin.logits())}")
     print(f"({man['model']['name']}, prompt of {len(ids)} ids from {os.path.basename(golden)})")

@@ -10,12 +10,21 @@ contract: a layer is conv when the decode graph has `past_conv_<i>`): sliding_at
 their own RoPE rows and a window mask (HF's rule: a key at k is visible to the query at q iff
 q - window < k <= q); conv layers' state is seeded from the prefill's `conv_bx_<i>` (the last W
 real rows, zeros before the prompt) and carried from `present_conv_<i>` after each decode step.
+
+It also follows qhx's speculative schedule (`generate_spec`: prompt-lookup drafts verified in one
+rows execute over the cache, rewound by position and mask), and runs as a command for the real
+backend's parity checks (scripts/real_parity.py):
+
+    python -m qhx_export.verify.loop MANIFEST N_TOKENS --ids 1,2,3 [--teacher 4,5,6]
+    python -m qhx_export.verify.loop MANIFEST 0 --jobs JOBS.json [--fp32-twin]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -283,7 +292,9 @@ class Loop:
             self.seed_conv(outs, g, n)
         self.dmask[pos0 : pos0 + n] = 0.0
         self.dec.set("cmask", self.dmask)
-        self.hidden = g.outputs["y"].decode(outs["y"]).reshape(R, H)[n - 1]
+        y = g.outputs["y"].decode(outs["y"]).reshape(R, H)
+        self.rows = y[:n]  # every fed row's hidden state (a verify reads each)
+        self.hidden = y[n - 1]
         self.pos = pos0 + n
 
     def decode_step(self, tok: int) -> None:
@@ -333,19 +344,119 @@ class Loop:
         for t in ids[i:]:
             self.decode_step(int(t))
 
-    def generate(self, ids: Sequence[int], n_tokens: int, teacher: Sequence[int] | None = None) -> list[int]:
+    def generate(
+        self,
+        ids: Sequence[int],
+        n_tokens: int,
+        teacher: Sequence[int] | None = None,
+        margins: list[list[float]] | None = None,
+    ) -> list[int]:
         """Greedy from an empty cache; with `teacher`, feed teacher[k] after step k and record
-        the model's own top-1 (first maximum, like qhx's argmax)."""
+        the model's own top-1 (first maximum, like qhx's argmax). `margins` receives
+        [top1, logit1, top2, logit2] per step."""
         self.reset()
         self.run_prompt(list(ids))
         out: list[int] = []
         while True:
-            tok = int(np.argmax(self.logits()))
+            lg = self.logits()
+            tok = int(np.argmax(lg))
+            if margins is not None:
+                o = np.argsort(-lg, kind="stable")[:2]
+                margins.append([int(o[0]), float(lg[o[0]]), int(o[1]), float(lg[o[1]])])
             out.append(tok)
             if len(out) >= n_tokens or self.pos >= self.C:
                 return out
             fed = teacher[len(out) - 1] if teacher is not None and len(out) - 1 < len(teacher) else tok
             self.decode_step(int(fed))
+
+    # ---- speculation, on qhx's schedule ----
+
+    def verify_graph(self) -> Graph | None:
+        """The rows graph a verify runs: the verify graph, else a prefill that reads the cache."""
+        if self.ver is not None:
+            return self.ver
+        if self.pre is not None and any(k.startswith("past_k_") for k in self.pre.inputs):
+            return self.pre
+        return None
+
+    def max_ctx(self) -> int:
+        return min(int(self.man["params"].get("max_ctx") or self.C), self.C)
+
+    def verifies(self, n: int) -> bool:
+        """n tokens fit one execute of the verify graph over the cache (qhx's verify step)."""
+        g = self.verify_graph()
+        if g is None or n < 2:
+            return False
+        R = g.inputs["x"].dims[0]
+        return n <= R and self.pos + R <= self.C and self.pos + n <= self.max_ctx()
+
+    def rewind(self, pos: int) -> None:
+        """Drop the rows fed after `pos`: position and mask only (their K/V rows stay, hidden)."""
+        assert "conv" not in self.types, "conv state has no rollback"
+        self.dmask[pos : self.pos] = self.neg(self.dec.inputs["cmask"])
+        self.dec.set("cmask", self.dmask)
+        self.pos = pos
+
+    def generate_spec(self, ids: Sequence[int], n_tokens: int, draft_max: int) -> tuple[list[int], int]:
+        """Greedy with prompt-lookup speculation, on qhx's schedule (--spec lookup
+        --spec-adaptive off): draft from prompt + output, verify [tok, drafts...] in one rows
+        execute over the cache, keep the drafts the model's own row picks confirm plus its pick
+        after them, undo the rest by position and mask. Returns (ids, verifies)."""
+        self.reset()
+        self.run_prompt(list(ids))
+        hist = [int(t) for t in ids]
+        max_ctx = self.max_ctx()
+        tok = int(np.argmax(self.logits()))
+        hist.append(tok)
+        out: list[int] = []
+        verifies, emitted = 0, False
+        while True:
+            if not emitted:
+                out.append(tok)
+                if len(out) >= n_tokens or self.pos >= max_ctx:
+                    return out, verifies
+            emitted = False
+            d = lookup(hist, min(draft_max, n_tokens - len(out) - 1))
+            while d and not self.verifies(len(d) + 1):
+                d.pop()
+            if d:
+                verifies += 1
+                p0 = self.pos
+                self.prefill_chunk([tok, *d], self.verify_graph())
+                rows = self.rows.copy()
+                for j in range(len(d) + 1):
+                    self.hidden = rows[j]
+                    a = int(np.argmax(self.logits()))
+                    hist.append(a)
+                    out.append(a)
+                    fed = p0 + 1 + j
+                    if len(out) >= n_tokens or fed >= max_ctx:
+                        self.rewind(fed)
+                        return out, verifies
+                    if j == len(d) or a != d[j]:
+                        self.rewind(fed)
+                        tok, emitted = a, True
+                        break
+                continue
+            self.decode_step(tok)
+            tok = int(np.argmax(self.logits()))
+            hist.append(tok)
+
+
+def lookup(history: list[int], max_n: int, ngram_min: int = 2, ngram_max: int = 4) -> list[int]:
+    """Prompt lookup as qhx's --spec lookup: the longest suffix n-gram (ngram_max down to
+    ngram_min tokens) that occurred earlier proposes what followed its latest occurrence."""
+    n = len(history)
+    if max_n <= 0:
+        return []
+    for g in range(ngram_max, max(ngram_min, 1) - 1, -1):
+        if g >= n:
+            continue
+        suffix = history[n - g :]
+        for start in range(n - g - 1, -1, -1):
+            if history[start : start + g] == suffix:
+                return history[start + g : min(start + g + max_n, n)]
+    return []
 
 
 class _RopeCfg:
@@ -378,9 +489,13 @@ def qnn_graph(path: str, qnn_opts: dict[str, str], quant: dict[str, tuple[float,
     return Graph(ort.InferenceSession(path, so), quant)
 
 
-def load_bundle(man_path: str, twin: bool = False, real: dict[str, Any] | None = None) -> Loop:
+def load_bundle(
+    man_path: str, twin: bool = False, real: dict[str, Any] | None = None, float_twin: bool = False
+) -> Loop:
     """The bundle's QNN binaries through ORT's QNN EP (simulator), or (twin) the ONNX graphs they
-    were compiled from on ORT's CPU EP (kept by --keep-onnx)."""
+    were compiled from on ORT's CPU EP (kept by --keep-onnx), or (float_twin) the float graphs a
+    quantized graph was made from (onnx/<role>.float.onnx, else the graph itself) on the CPU EP
+    with float I/O."""
     root = os.path.dirname(os.path.abspath(man_path))
     with open(man_path, encoding="utf-8") as f:
         man = json.load(f)
@@ -390,7 +505,12 @@ def load_bundle(man_path: str, twin: bool = False, real: dict[str, Any] | None =
     graphs = {}
     for role, ent in real["graphs"].items():
         quant = {k: (float(v[0]), int(v[1])) for k, v in ent.get("quant", {}).items()}
-        if twin:  # the same fixed-point I/O: the kept graph is the compiled one
+        if float_twin:
+            path = os.path.join(root, "onnx", f"{role}.float.onnx")
+            if not os.path.isfile(path):  # a float graph compiled as it is
+                path = os.path.join(root, "onnx", f"{role}.onnx")
+            graphs[role] = cpu_graph(path, {})
+        elif twin:  # the same fixed-point I/O: the kept graph is the compiled one
             graphs[role] = cpu_graph(os.path.join(root, "onnx", f"{role}.onnx"), quant)
         else:
             graphs[role] = qnn_graph(
@@ -412,3 +532,61 @@ def _report_real(man_path: str) -> dict[str, Any]:
             if key in real:
                 return dict(real[key])
     raise FileNotFoundError(f"{man_path}: no source.real and no export-report.json entry for it")
+
+
+# ---- the command ---------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m qhx_export.verify.loop",
+        description="The reference token loop over a real bundle's context binaries (ORT's QNN EP)",
+    )
+    ap.add_argument("manifest")
+    ap.add_argument("n_tokens", type=int)
+    ap.add_argument("--ids", help="prompt token ids, comma separated")
+    ap.add_argument("--teacher", help="ids to feed after each step (teacher forcing)")
+    ap.add_argument(
+        "--fp32-twin",
+        action="store_true",
+        help="run the bundle's float graphs on ORT's CPU EP instead (with --jobs: also each step's top-2)",
+    )
+    ap.add_argument(
+        "--jobs",
+        help='JSON file: [{"ids": [...], "n": N, "teacher"?: [...], "spec"?: draft_max}, ...]; prints one '
+        "JSON list of results (sessions loaded once)",
+    )
+    a = ap.parse_args(argv)
+    # The QNN backend prints on stdout (C stdio): keep fd 1 for our JSON only.
+    out = os.fdopen(os.dup(1), "w")
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    loop = load_bundle(a.manifest, float_twin=a.fp32_twin)
+    if a.jobs:
+        with open(a.jobs, encoding="utf-8") as f:
+            jobs = json.load(f)
+        res: list[Any] = []
+        for job in jobs:
+            if "spec" in job:
+                ids, verifies = loop.generate_spec(job["ids"], job["n"], job["spec"])
+                res.append({"output_ids": ids, "verifies": verifies})
+            elif a.fp32_twin:
+                margins: list[list[float]] = []
+                ids = loop.generate(job["ids"], job["n"], job.get("teacher"), margins)
+                res.append({"output_ids": ids, "top2": margins})
+            else:
+                res.append(loop.generate(job["ids"], job["n"], job.get("teacher")))
+        out.write(json.dumps(res) + "\n")
+        out.flush()
+        return 0
+    if not a.ids:
+        ap.error("--ids or --jobs is required")
+    ids = [int(t) for t in a.ids.split(",")]
+    teacher = [int(t) for t in a.teacher.split(",")] if a.teacher else None
+    out.write(json.dumps({"input_ids": ids, "output_ids": loop.generate(ids, a.n_tokens, teacher)}) + "\n")
+    out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
