@@ -80,7 +80,9 @@ build() {
     fi
     echo "build-real: $d" >&2
     local t0=$SECONDS
-    # the exporter stages DIR.partial and replaces DIR whole, so nothing stale survives
+    # the exporter stages DIR.partial and replaces DIR whole, so nothing stale survives; it
+    # replaces only what it wrote, so the stamp this script wrote into DIR goes first
+    rm -f "$d/.inputs-sha256"
     PYTHONPATH="$PWD/export" "$py" -m qhx_export "$input" --target htp -o "$d" --force --arch v79 --keep-onnx "$@" >&2
     printf '%s' "$key" >"$d/.inputs-sha256"
     echo "build-real: $d built in $((SECONDS - t0))s" >&2
