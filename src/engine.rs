@@ -193,6 +193,17 @@ impl Engine {
         self.history.truncate(pos);
     }
 
+    /// The ids the cache holds, in order (what a later prompt may share a prefix with).
+    pub fn cached(&self) -> &[u32] {
+        &self.history[..self.run.pos().min(self.history.len())]
+    }
+
+    /// Start the sampler again from its seed: a request with a seed then samples as it would
+    /// in a fresh process, whatever ran on this engine before.
+    pub fn restart_sampler(&mut self) {
+        self.sampler = crate::sampler::Sampler::new(self.sampler.config().clone());
+    }
+
     /// Whether [`Engine::rewind`] keeps the positions before its target (false when layers
     /// carry recurrent state).
     pub fn can_rewind(&self) -> bool {

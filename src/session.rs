@@ -193,11 +193,59 @@ impl Session {
         let eos = self.loaded.eos();
         let driver = TextDriver::new(self.loaded.tokenizer(), &eos, self.text_options(text)?);
         self.engine.reset();
+        self.engine.restart_sampler();
         driver.generate(&mut self.engine, ids, &cfg, requested, tokenize_ms, sink)
+    }
+
+    /// [`Session::generate`], keeping the longest prefix of `ids` that the cache already
+    /// holds from this session's last turn (a conversation's earlier turns, as
+    /// llama-server's prompt cache): only the rest is fed. Gives the same tokens as a
+    /// fresh turn. Returns the turn and how many prompt ids were kept.
+    pub fn generate_reusing(
+        &mut self,
+        ids: &[u32],
+        cfg: &GenConfig,
+        requested: usize,
+        text: &TextRequest,
+        tokenize_ms: f64,
+        sink: Option<&mut dyn TextSink>,
+    ) -> Result<(TextTurn, usize)> {
+        let room = room(ids.len(), self.loaded.max_ctx())?;
+        let cfg = GenConfig {
+            n_tokens: requested.min(room),
+            ..cfg.clone()
+        };
+        let eos = self.loaded.eos();
+        let driver = TextDriver::new(self.loaded.tokenizer(), &eos, self.text_options(text)?);
+        // One id at least is fed: its logits pick the first token.
+        let kept = if self.engine.can_rewind() {
+            common_prefix(self.engine.cached(), ids).min(ids.len().saturating_sub(1))
+        } else {
+            0
+        };
+        if kept == 0 {
+            self.engine.reset();
+        } else {
+            self.engine.rewind(kept);
+        }
+        self.engine.restart_sampler();
+        let turn =
+            driver.generate_after(&mut self.engine, ids, kept, &cfg, requested, tokenize_ms, sink)?;
+        Ok((turn, kept))
+    }
+
+    /// The ids this session's cache holds (its last turn's prompt and reply).
+    pub fn cached(&self) -> &[u32] {
+        self.engine.cached()
     }
 
     /// Clear the cache (the next turn starts fresh).
     pub fn reset(&mut self) {
         self.engine.reset();
     }
+}
+
+/// How many leading ids `a` and `b` share.
+pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }

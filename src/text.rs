@@ -105,13 +105,32 @@ impl<'t> TextDriver<'t> {
         cfg: &GenConfig,
         requested: usize,
         tokenize_ms: f64,
+        sink: Option<&mut dyn TextSink>,
+    ) -> Result<TextTurn> {
+        self.generate_after(engine, ids, 0, cfg, requested, tokenize_ms, sink)
+    }
+
+    /// [`TextDriver::generate`] for a prompt whose first `kept` ids the engine's cache
+    /// already holds (a conversation's shared prefix): only the rest is fed, while the
+    /// prompt as a whole decides whether it opened a reasoning block.
+    #[allow(clippy::too_many_arguments)]
+    pub fn generate_after(
+        &self,
+        engine: &mut Engine,
+        ids: &[u32],
+        kept: usize,
+        cfg: &GenConfig,
+        requested: usize,
+        tokenize_ms: f64,
         mut sink: Option<&mut dyn TextSink>,
     ) -> Result<TextTurn> {
+        let whole = ids;
+        let ids = &ids[kept.min(ids.len())..];
         let mut stream = self.tok.stream();
         let mut stops = StopMatcher::new(&self.opts.stops);
         // Reasoning starts open only when the prompt itself opened a block.
         let starts_open = self.opts.reasoning != Mode::Show || self.opts.budget.is_some();
-        let starts_open = starts_open && reasoning::prompt_opens_block(self.tok, ids);
+        let starts_open = starts_open && reasoning::prompt_opens_block(self.tok, whole);
         let mut filter = Filter::new(self.opts.reasoning, starts_open);
         // Text released so far: streamed pieces minus anything a stop string may still claim.
         let mut released = String::new();

@@ -955,8 +955,8 @@ fn same_dir(a: &Path, b: &Path) -> bool {
 /// A directory given as the manifest: its bundle description, as the SDK takes one. For a
 /// bundle with one directory per HTP arch, the device's is taken (the backend is opened
 /// only to ask), and it becomes the artifacts root too when the root given was the
-/// directory itself.
-fn resolve_manifest(
+/// directory itself. `notes` gets the file chosen.
+pub fn resolve_manifest(
     given: &Path,
     root: PathBuf,
     backend: &Path,
