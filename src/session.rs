@@ -229,8 +229,15 @@ impl Session {
             self.engine.rewind(kept);
         }
         self.engine.restart_sampler();
-        let turn =
-            driver.generate_after(&mut self.engine, ids, kept, &cfg, requested, tokenize_ms, sink)?;
+        let turn = driver.generate_after(
+            &mut self.engine,
+            ids,
+            kept,
+            &cfg,
+            requested,
+            tokenize_ms,
+            sink,
+        )?;
         Ok((turn, kept))
     }
 

@@ -146,13 +146,28 @@ pub fn parse(ep: Endpoint, body: &[u8], d: &Defaults) -> Result<Work, ApiError> 
         |v| v == &Value::Bool(false),
         "this server stores nothing",
     )?;
-    f.unsupported_unless("echo", |v| v == &Value::Bool(false), "echo is not supported")?;
-    f.unsupported_unless("suffix", Value::is_null, "suffix (fill-in-the-middle) is not supported")?;
-    f.unsupported_unless("best_of", |v| v.as_u64() == Some(1), "only best_of = 1 is supported")?;
+    f.unsupported_unless(
+        "echo",
+        |v| v == &Value::Bool(false),
+        "echo is not supported",
+    )?;
+    f.unsupported_unless(
+        "suffix",
+        Value::is_null,
+        "suffix (fill-in-the-middle) is not supported",
+    )?;
+    f.unsupported_unless(
+        "best_of",
+        |v| v.as_u64() == Some(1),
+        "only best_of = 1 is supported",
+    )?;
     f.string_opt("user")?;
     if let Some(m) = o.get("metadata") {
         if !m.is_object() && !m.is_null() {
-            return Err(ApiError::invalid("metadata", "`metadata` must be an object"));
+            return Err(ApiError::invalid(
+                "metadata",
+                "`metadata` must be an object",
+            ));
         }
     }
     f.bool_opt("parallel_tool_calls")?;
@@ -215,13 +230,7 @@ pub fn parse(ep: Endpoint, body: &[u8], d: &Defaults) -> Result<Work, ApiError> 
             match so.get("include_usage") {
                 None | Some(Value::Null) => false,
                 Some(Value::Bool(b)) => *b,
-                Some(v) => {
-                    return Err(type_error(
-                        "stream_options.include_usage",
-                        "a boolean",
-                        v,
-                    ))
-                }
+                Some(v) => return Err(type_error("stream_options.include_usage", "a boolean", v)),
             }
         }
         Some(v) => return Err(type_error("stream_options", "an object", v)),
@@ -329,7 +338,9 @@ impl Fields<'_> {
             _ => None,
         };
         let x = x.ok_or_else(|| match v {
-            Value::Number(_) => ApiError::invalid(k, format!("`{k}` must be a whole number ≥ {lo}, not {v}")),
+            Value::Number(_) => {
+                ApiError::invalid(k, format!("`{k}` must be a whole number ≥ {lo}, not {v}"))
+            }
             _ => type_error(k, "an integer", v),
         })?;
         if !(lo..=hi).contains(&x) {
@@ -413,14 +424,13 @@ fn completion_prompt(v: Option<&Value>) -> Result<Prompt, ApiError> {
             ids.map(Prompt::Ids)
                 .ok_or_else(|| ApiError::invalid("prompt", "a token id is out of range"))
         }
-        Some(Value::Array(a)) if a.iter().all(Value::is_string) && a.len() > 1 => Err(
-            ApiError::unsupported("prompt", "a batch of prompts is not supported (one per request)"),
-        ),
-        Some(v) => Err(type_error(
-            "prompt",
-            "a string or an array of token ids",
-            v,
-        )),
+        Some(Value::Array(a)) if a.iter().all(Value::is_string) && a.len() > 1 => {
+            Err(ApiError::unsupported(
+                "prompt",
+                "a batch of prompts is not supported (one per request)",
+            ))
+        }
+        Some(v) => Err(type_error("prompt", "a string or an array of token ids", v)),
     }
 }
 
@@ -592,7 +602,15 @@ fn message(i: usize, m: &Value) -> Result<Message, ApiError> {
         return Err(type_error(&format!("messages[{i}]"), "an object", m));
     };
     if let Some(k) = o.keys().find(|k| {
-        !["role", "content", "name", "tool_calls", "tool_call_id", "refusal"].contains(&k.as_str())
+        ![
+            "role",
+            "content",
+            "name",
+            "tool_calls",
+            "tool_call_id",
+            "refusal",
+        ]
+        .contains(&k.as_str())
     }) {
         return Err(ApiError::unsupported(
             &at(k),
@@ -602,7 +620,12 @@ fn message(i: usize, m: &Value) -> Result<Message, ApiError> {
     let role = match o.get("role") {
         Some(Value::String(r)) => r.as_str(),
         Some(v) => return Err(type_error(&at("role"), "a string", v)),
-        None => return Err(ApiError::invalid(at("role"), format!("`{}` is required", at("role")))),
+        None => {
+            return Err(ApiError::invalid(
+                at("role"),
+                format!("`{}` is required", at("role")),
+            ))
+        }
     };
     let role = match role {
         "system" | "user" | "assistant" | "tool" => role,
@@ -611,7 +634,10 @@ fn message(i: usize, m: &Value) -> Result<Message, ApiError> {
         r => {
             return Err(ApiError::invalid(
                 at("role"),
-                format!("`{}` {r:?} is not one of system, developer, user, assistant, tool", at("role")),
+                format!(
+                    "`{}` {r:?} is not one of system, developer, user, assistant, tool",
+                    at("role")
+                ),
             ))
         }
     };
@@ -657,7 +683,13 @@ fn message(i: usize, m: &Value) -> Result<Message, ApiError> {
             }
             s
         }
-        Some(v) => return Err(type_error(&at("content"), "a string or an array of parts", v)),
+        Some(v) => {
+            return Err(type_error(
+                &at("content"),
+                "a string or an array of parts",
+                v,
+            ))
+        }
     };
     match o.get("tool_calls") {
         None | Some(Value::Null) => {}
@@ -738,19 +770,42 @@ mod tests {
     fn unsupported_fields_name_themselves() {
         let cases = [
             (r#"{"messages":[{"role":"user","content":"x"}],"n":2}"#, "n"),
-            (r#"{"messages":[{"role":"user","content":"x"}],"logprobs":true}"#, "logprobs"),
-            (r#"{"messages":[{"role":"user","content":"x"}],"wat":1}"#, "wat"),
-            (r#"{"messages":[{"role":"user","content":"x"}],"temperature":"hot"}"#, "temperature"),
-            (r#"{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#, "messages[0].content[0].type"),
-            (r#"{"messages":[{"role":"user","content":"x"}],"tool_choice":"auto"}"#, "tool_choice"),
-            (r#"{"messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}}"#, "stream_options"),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"logprobs":true}"#,
+                "logprobs",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"wat":1}"#,
+                "wat",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"temperature":"hot"}"#,
+                "temperature",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#,
+                "messages[0].content[0].type",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"tool_choice":"auto"}"#,
+                "tool_choice",
+            ),
+            (
+                r#"{"messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}}"#,
+                "stream_options",
+            ),
         ];
         for (body, param) in cases {
             let e = err(Endpoint::Chat, body);
             assert_eq!(e.param.as_deref(), Some(param), "{body}: {e}");
             assert_eq!(e.status, 400);
         }
-        assert_eq!(err(Endpoint::Completions, r#"{"prompt":"x","echo":true}"#).param.as_deref(), Some("echo"));
+        assert_eq!(
+            err(Endpoint::Completions, r#"{"prompt":"x","echo":true}"#)
+                .param
+                .as_deref(),
+            Some("echo")
+        );
     }
 
     #[test]
@@ -775,6 +830,9 @@ mod tests {
             &serde_json::json!({"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"x\":1}"}}]}),
         )
         .unwrap();
-        assert_eq!(m.content, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\":1}}\n</tool_call>");
+        assert_eq!(
+            m.content,
+            "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\":1}}\n</tool_call>"
+        );
     }
 }

@@ -106,8 +106,13 @@ fn run(args: Args) -> Result<ExitCode> {
     }
     let spec = Arc::new(Spec::load(&manifest, &root)?);
     spec.check_files()?;
-    let loaded = Loaded::load(&spec, &args.backend_lib, &args.system_lib, &LoadOptions::default())
-        .with_context(|| format!("loading {}", manifest.display()))?;
+    let loaded = Loaded::load(
+        &spec,
+        &args.backend_lib,
+        &args.system_lib,
+        &LoadOptions::default(),
+    )
+    .with_context(|| format!("loading {}", manifest.display()))?;
     for w in loaded.warnings() {
         qhx::elog!("qhx_server: {w}");
     }

@@ -66,7 +66,11 @@ impl Metrics {
     }
 
     pub fn request(&self, endpoint: &str, status: u16) {
-        self.with(|c| *c.requests.entry((endpoint.to_string(), status)).or_default() += 1);
+        self.with(|c| {
+            *c.requests
+                .entry((endpoint.to_string(), status))
+                .or_default() += 1
+        });
     }
 
     pub fn set_busy(&self, n: usize) {
@@ -104,7 +108,14 @@ impl Metrics {
 
     /// A run ended: its time to first token (ms), tokens, decode time (ms), prompt ids and
     /// how many of them the cache already held.
-    pub fn finished(&self, ttft_ms: f64, tokens: usize, decode_ms: f64, prompt: usize, reused: usize) {
+    pub fn finished(
+        &self,
+        ttft_ms: f64,
+        tokens: usize,
+        decode_ms: f64,
+        prompt: usize,
+        reused: usize,
+    ) {
         self.with(|c| {
             let ttft = ttft_ms / 1e3;
             c.ttft_seconds_sum += ttft;
@@ -128,16 +139,13 @@ impl Metrics {
     pub fn render(&self) -> String {
         self.with(|c| {
             let mut s = String::new();
-            let mut metric = |name: &str, kind: &str, help: &str| {
-                let _ = writeln!(s, "# HELP qhx_{name} {help}\n# TYPE qhx_{name} {kind}");
-                name.to_string()
-            };
-            let _ = metric("requests_total", "counter", "HTTP requests answered, by endpoint and status.");
-            let mut lines = String::new();
+            let _ = writeln!(
+                s,
+                "# HELP qhx_requests_total HTTP requests answered, by endpoint and status.\n# TYPE qhx_requests_total counter"
+            );
             for ((ep, st), n) in &c.requests {
-                let _ = writeln!(lines, "qhx_requests_total{{endpoint=\"{ep}\",status=\"{st}\"}} {n}");
+                let _ = writeln!(s, "qhx_requests_total{{endpoint=\"{ep}\",status=\"{st}\"}} {n}");
             }
-            s.push_str(&lines);
             let simple: [(&str, &str, &str, String); 12] = [
                 ("prompt_tokens_total", "counter", "Prompt tokens of finished requests.", c.prompt_tokens.to_string()),
                 ("prompt_tokens_reused_total", "counter", "Prompt tokens a session's cache already held (not fed again).", c.reused_prompt_tokens.to_string()),

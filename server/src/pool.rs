@@ -267,7 +267,13 @@ fn run(session: &mut Session, job: Job, sh: &Shared) {
         Ok((turn, reused)) => {
             let s = &turn.output.stats;
             let completion_tokens = turn.output.text_ids(turn.finish, &sh.eos).len();
-            sh.metrics.finished(s.ttft_ms + queued_ms, completion_tokens, s.decode_ms, job.ids.len(), reused);
+            sh.metrics.finished(
+                s.ttft_ms + queued_ms,
+                completion_tokens,
+                s.decode_ms,
+                job.ids.len(),
+                reused,
+            );
             if turn.finish == FinishReason::Cancelled {
                 sh.metrics.cancelled();
             }

@@ -162,7 +162,10 @@ async fn health(State(app): State<Arc<App>>) -> Response {
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         app.metrics.render(),
     )
         .into_response()
@@ -181,9 +184,12 @@ async fn models(State(app): State<Arc<App>>) -> Response {
 async fn model(State(app): State<Arc<App>>, Path(id): Path<String>) -> Response {
     if id != app.model {
         app.metrics.request("models", 404);
-        return ApiError::not_found(format!("model {id:?} does not exist (this server runs {:?})", app.model))
-            .with_code("model_not_found")
-            .into_response();
+        return ApiError::not_found(format!(
+            "model {id:?} does not exist (this server runs {:?})",
+            app.model
+        ))
+        .with_code("model_not_found")
+        .into_response();
     }
     app.metrics.request("models", 200);
     Json(model_object(&app)).into_response()
@@ -247,7 +253,9 @@ async fn read_body(app: &App, body: Body) -> Result<axum::body::Bytes, ApiError>
             if too_big {
                 Err(ApiError::too_large(app.max_body))
             } else {
-                Err(ApiError::bad_body(format!("the body could not be read: {e}")))
+                Err(ApiError::bad_body(format!(
+                    "the body could not be read: {e}"
+                )))
             }
         }
         Ok(Ok(b)) => Ok(b),
@@ -295,7 +303,11 @@ async fn start(app: &Arc<App>, ep: Endpoint, req: Request) -> Result<Response, A
     }
 }
 
-type Prepared = (Vec<u32>, f64, Option<(Arc<qhx::grammar::Vocab>, qhx::grammar::Spec)>);
+type Prepared = (
+    Vec<u32>,
+    f64,
+    Option<(Arc<qhx::grammar::Vocab>, qhx::grammar::Spec)>,
+);
 
 /// The prompt's ids (checked against the context) and the compiled grammar.
 fn prepare(app: &App, w: &Work) -> Result<Prepared, ApiError> {
@@ -340,7 +352,11 @@ fn prepare(app: &App, w: &Work) -> Result<Prepared, ApiError> {
         Some(spec) => {
             let vocab = app.vocab()?;
             qhx::grammar::Constraint::new(&vocab, spec).map_err(|e| {
-                let param = if w.tools.is_some() { "tools" } else { "response_format" };
+                let param = if w.tools.is_some() {
+                    "tools"
+                } else {
+                    "response_format"
+                };
                 ApiError::invalid(param, e.to_string())
             })?;
             Some((vocab, spec.clone()))
@@ -504,12 +520,17 @@ impl StreamState {
             Ok(f) => f,
             Err(e) => {
                 // Headers are gone: the error goes in the stream, as OpenAI's does.
-                self.pending.push(SseEvent::default().data(e.body().to_string()));
+                self.pending
+                    .push(SseEvent::default().data(e.body().to_string()));
                 self.pending.push(SseEvent::default().data("[DONE]"));
                 return;
             }
         };
-        let calls = if self.ep == Endpoint::Chat { calls_of(&self.work, &f.text) } else { Vec::new() };
+        let calls = if self.ep == Endpoint::Chat {
+            calls_of(&self.work, &f.text)
+        } else {
+            Vec::new()
+        };
         if !calls.is_empty() {
             let tc = call_json(&self.app, &calls);
             let c = self.chunk(json!({"tool_calls": tc}), None);
@@ -553,10 +574,18 @@ async fn stream_reply(
     let mut st = StreamState {
         app: Arc::clone(app),
         ep,
-        id: app.id(if ep == Endpoint::Chat { "chatcmpl" } else { "cmpl" }),
+        id: app.id(if ep == Endpoint::Chat {
+            "chatcmpl"
+        } else {
+            "cmpl"
+        }),
         created: unix_now(),
         model: work.model.clone().unwrap_or_else(|| app.model.clone()),
-        undecided: ep == Endpoint::Chat && work.tools.as_ref().is_some_and(|(_, c)| matches!(c, ToolChoice::Auto | ToolChoice::Required)),
+        undecided: ep == Endpoint::Chat
+            && work
+                .tools
+                .as_ref()
+                .is_some_and(|(_, c)| matches!(c, ToolChoice::Auto | ToolChoice::Required)),
         work,
         rx,
         held: String::new(),
@@ -586,7 +615,9 @@ async fn stream_reply(
             match ev {
                 Some(Event::Text(t)) => st.text(t),
                 Some(Event::Done(d)) => st.done(d),
-                None => st.done(Err(ApiError::internal("the session ended without an answer"))),
+                None => st.done(Err(ApiError::internal(
+                    "the session ended without an answer",
+                ))),
             }
         }
     });
