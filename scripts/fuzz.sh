@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 runs=${1:-100000}
 shift || true
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(manifest emu_format binary_info embed prompt genie_config)
+[[ ${#targets[@]} -gt 0 ]] || targets=(manifest emu_format binary_info embed prompt genie_config server_request)
 
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 # The targets that need the QNN ABI dlopen this (uninstrumented) emulator build.

@@ -43,6 +43,8 @@ pub struct Work {
     pub include_usage: bool,
     /// The `model` the client named (echoed back).
     pub model: Option<String>,
+    /// Generate past the end token (llama-server's `ignore_eos`, for benchmarks).
+    pub ignore_eos: bool,
 }
 
 /// Which endpoint a body came to.
@@ -73,6 +75,7 @@ const COMMON: &[&str] = &[
     "min_p",
     "repeat_penalty",
     "repeat_last_n",
+    "ignore_eos",
 ];
 const CHAT_ONLY: &[&str] = &[
     "messages",
@@ -237,6 +240,7 @@ pub fn parse(ep: Endpoint, body: &[u8], d: &Defaults) -> Result<Work, ApiError> 
     };
     let stops = stops(o.get("stop"))?;
     let model = f.string_opt("model")?;
+    let ignore_eos = f.bool_opt("ignore_eos")?.unwrap_or(false);
 
     let (prompt, tools, grammar) = match ep {
         Endpoint::Chat => chat_prompt(&o)?,
@@ -256,6 +260,7 @@ pub fn parse(ep: Endpoint, body: &[u8], d: &Defaults) -> Result<Work, ApiError> 
         stream,
         include_usage,
         model,
+        ignore_eos,
     })
 }
 

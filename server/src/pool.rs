@@ -240,7 +240,7 @@ fn run(session: &mut Session, job: Job, sh: &Shared) {
         n_tokens: requested,
         sampler: job.work.sampler.clone(),
         allow_nonfinite: false,
-        ignore_eos: false,
+        ignore_eos: job.work.ignore_eos,
         teacher: None,
         cancel: job.cancel.clone(),
         spec: None,

@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import openai
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,9 +95,7 @@ def server() -> Iterator[Server]:
 
 
 @pytest.fixture(scope="session")
-def client(server: Server):  # noqa: ANN201 - openai.OpenAI
-    import openai
-
+def client(server: Server) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
 
 

@@ -9,8 +9,10 @@ import http.client
 import json
 import socket
 import time
+from collections.abc import Iterator
 
 import pytest
+
 from conftest import Server
 
 KEY = "sk-test-0123456789"
@@ -39,10 +41,46 @@ CASES: list[tuple[str, str, str, bytes | None, dict[str, str], int, str | None, 
     ("messages empty", "POST", CHAT, chat(messages=[]), {}, 400, "messages", "empty"),
     ("messages not an array", "POST", CHAT, chat(messages="hi"), {}, 400, "messages", "an array"),
     ("message not an object", "POST", CHAT, chat(messages=["hi"]), {}, 400, "messages[0]", "an object"),
-    ("role missing", "POST", CHAT, chat(messages=[{"content": "x"}]), {}, 400, "messages[0].role", "required"),
-    ("unknown role", "POST", CHAT, chat(messages=[{"role": "wizard", "content": "x"}]), {}, 400, "messages[0].role", "wizard"),
-    ("content a number", "POST", CHAT, chat(messages=[{"role": "user", "content": 5}]), {}, 400, "messages[0].content", "a number"),
-    ("image part", "POST", CHAT, chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]), {}, 400, "messages[0].content[0].type", "image_url"),
+    (
+        "role missing",
+        "POST",
+        CHAT,
+        chat(messages=[{"content": "x"}]),
+        {},
+        400,
+        "messages[0].role",
+        "required",
+    ),
+    (
+        "unknown role",
+        "POST",
+        CHAT,
+        chat(messages=[{"role": "wizard", "content": "x"}]),
+        {},
+        400,
+        "messages[0].role",
+        "wizard",
+    ),
+    (
+        "content a number",
+        "POST",
+        CHAT,
+        chat(messages=[{"role": "user", "content": 5}]),
+        {},
+        400,
+        "messages[0].content",
+        "a number",
+    ),
+    (
+        "image part",
+        "POST",
+        CHAT,
+        chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
+        {},
+        400,
+        "messages[0].content[0].type",
+        "image_url",
+    ),
     ("n = 2", "POST", CHAT, chat(n=2), {}, 400, "n", "n = 1"),
     ("logprobs", "POST", CHAT, chat(logprobs=True), {}, 400, "logprobs", "not supported"),
     ("top_logprobs", "POST", CHAT, chat(top_logprobs=3), {}, 400, "top_logprobs", "not supported"),
@@ -52,29 +90,128 @@ CASES: list[tuple[str, str, str, bytes | None, dict[str, str], int, str | None, 
     ("max_tokens zero", "POST", CHAT, chat(max_tokens=0), {}, 400, "max_tokens", "[1,"),
     ("max_tokens negative", "POST", CHAT, chat(max_tokens=-5), {}, 400, "max_tokens", "whole number"),
     ("max_tokens fractional", "POST", CHAT, chat(max_tokens=1.5), {}, 400, "max_tokens", "whole number"),
-    ("both token limits", "POST", CHAT, chat(max_completion_tokens=3), {}, 400, "max_completion_tokens", "not both"),
+    (
+        "both token limits",
+        "POST",
+        CHAT,
+        chat(max_completion_tokens=3),
+        {},
+        400,
+        "max_completion_tokens",
+        "not both",
+    ),
     ("five stop strings", "POST", CHAT, chat(stop=["a", "b", "c", "d", "e"]), {}, 400, "stop", "at most 4"),
     ("stop a number", "POST", CHAT, chat(stop=3), {}, 400, "stop", "a string"),
     ("stream not a boolean", "POST", CHAT, chat(stream="yes"), {}, 400, "stream", "a boolean"),
-    ("stream_options without stream", "POST", CHAT, chat(stream_options={"include_usage": True}), {}, 400, "stream_options", "stream: true"),
+    (
+        "stream_options without stream",
+        "POST",
+        CHAT,
+        chat(stream_options={"include_usage": True}),
+        {},
+        400,
+        "stream_options",
+        "stream: true",
+    ),
     ("unknown field", "POST", CHAT, chat(frobnicate=1), {}, 400, "frobnicate", "unknown"),
     ("frequency_penalty", "POST", CHAT, chat(frequency_penalty=0.5), {}, 400, "frequency_penalty", "only 0"),
     ("logit_bias", "POST", CHAT, chat(logit_bias={"1": 5}), {}, 400, "logit_bias", "not supported"),
     ("seed a string", "POST", CHAT, chat(seed="abc"), {}, 400, "seed", "an integer"),
     ("unknown model", "POST", CHAT, chat(model="gpt-4o"), {}, 404, None, "does not exist"),
     ("tools not an array", "POST", CHAT, chat(tools={"a": 1}), {}, 400, "tools", "an array"),
-    ("tool without a name", "POST", CHAT, chat(tools=[{"type": "function", "function": {}}]), {}, 400, "tools", "name"),
-    ("tool_choice without tools", "POST", CHAT, chat(tool_choice="auto"), {}, 400, "tool_choice", "needs `tools`"),
-    ("tool_choice of an absent tool", "POST", CHAT, chat(tools=TOOL, tool_choice={"type": "function", "function": {"name": "g"}}), {}, 400, "tool_choice", "not in `tools`"),
-    ("bad response_format type", "POST", CHAT, chat(response_format={"type": "yaml"}), {}, 400, "response_format.type", "yaml"),
-    ("json_schema without a name", "POST", CHAT, chat(response_format={"type": "json_schema", "json_schema": {"schema": {}}}), {}, 400, "response_format.json_schema.name", "name"),
-    ("bad schema regex", "POST", CHAT, chat(response_format=schema_fmt({"type": "string", "pattern": "a(b"})), {}, 400, "response_format", "a(b"),
-    ("prompt beyond the context", "POST", CHAT, chat(messages=[{"role": "user", "content": "word " * 2000}]), {}, 400, "messages", "context"),
+    (
+        "tool without a name",
+        "POST",
+        CHAT,
+        chat(tools=[{"type": "function", "function": {}}]),
+        {},
+        400,
+        "tools",
+        "name",
+    ),
+    (
+        "tool_choice without tools",
+        "POST",
+        CHAT,
+        chat(tool_choice="auto"),
+        {},
+        400,
+        "tool_choice",
+        "needs `tools`",
+    ),
+    (
+        "tool_choice of an absent tool",
+        "POST",
+        CHAT,
+        chat(tools=TOOL, tool_choice={"type": "function", "function": {"name": "g"}}),
+        {},
+        400,
+        "tool_choice",
+        "not in `tools`",
+    ),
+    (
+        "bad response_format type",
+        "POST",
+        CHAT,
+        chat(response_format={"type": "yaml"}),
+        {},
+        400,
+        "response_format.type",
+        "yaml",
+    ),
+    (
+        "json_schema without a name",
+        "POST",
+        CHAT,
+        chat(response_format={"type": "json_schema", "json_schema": {"schema": {}}}),
+        {},
+        400,
+        "response_format.json_schema.name",
+        "name",
+    ),
+    (
+        "bad schema regex",
+        "POST",
+        CHAT,
+        chat(response_format=schema_fmt({"type": "string", "pattern": "a(b"})),
+        {},
+        400,
+        "response_format",
+        "a(b",
+    ),
+    (
+        "prompt beyond the context",
+        "POST",
+        CHAT,
+        chat(messages=[{"role": "user", "content": "word " * 2000}]),
+        {},
+        400,
+        "messages",
+        "context",
+    ),
     ("completion prompt missing", "POST", COMP, b'{"max_tokens": 2}', {}, 400, "prompt", "required"),
     ("completion prompt batch", "POST", COMP, b'{"prompt": ["a", "b"]}', {}, 400, "prompt", "batch"),
     ("completion echo", "POST", COMP, b'{"prompt": "a", "echo": true}', {}, 400, "echo", "not supported"),
-    ("completion token out of range", "POST", COMP, b'{"prompt": [99999999]}', {}, 400, "prompt", "vocabulary"),
-    ("chat field on completions", "POST", COMP, b'{"prompt": "a", "messages": []}', {}, 400, "messages", "unknown"),
+    (
+        "completion token out of range",
+        "POST",
+        COMP,
+        b'{"prompt": [99999999]}',
+        {},
+        400,
+        "prompt",
+        "vocabulary",
+    ),
+    (
+        "chat field on completions",
+        "POST",
+        COMP,
+        b'{"prompt": "a", "messages": []}',
+        {},
+        400,
+        "messages",
+        "unknown",
+    ),
     ("oversized body", "POST", CHAT, b'{"messages": "' + b"x" * 70000 + b'"}', {}, 413, None, "exceeds"),
     ("wrong API key", "POST", CHAT, chat(), {"Authorization": "Bearer nope"}, 401, None, "API key"),
     ("no API key", "POST", CHAT, chat(), {"Authorization": ""}, 401, None, "API key"),
@@ -85,13 +222,15 @@ CASES: list[tuple[str, str, str, bytes | None, dict[str, str], int, str | None, 
 
 
 @pytest.fixture(scope="module")
-def guarded() -> Server:
+def guarded() -> Iterator[Server]:
     s = Server("--api-key", KEY, "--max-body", "65536", "--header-timeout", "2", "--body-timeout", "2")
     yield s
     assert s.stop() == 0
 
 
-def send(s: Server, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> tuple[int, dict, dict]:
+def send(
+    s: Server, method: str, path: str, body: bytes | None, headers: dict[str, str]
+) -> tuple[int, dict, dict]:
     c = http.client.HTTPConnection(s.host, s.port, timeout=30)
     h = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json", **headers}
     h = {k: v for k, v in h.items() if v}
@@ -108,7 +247,7 @@ def test_the_catalogue_is_at_least_thirty_cases() -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_bad_request(guarded: Server, case) -> None:
+def test_bad_request(guarded: Server, case: tuple) -> None:
     name, method, path, body, headers, status, param, fragment = case
     got, payload, hdrs = send(guarded, method, path, body, headers)
     assert got == status, (name, payload)

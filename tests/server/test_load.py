@@ -33,7 +33,12 @@ def _stream(url: str, content: str, n: int = N) -> tuple[str, float]:
     t0 = time.monotonic()
     c = http.client.HTTPConnection(host, int(port), timeout=300)
     body = json.dumps(
-        {"messages": [{"role": "user", "content": content}], "max_tokens": n, "temperature": 0, "stream": True}
+        {
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": n,
+            "temperature": 0,
+            "stream": True,
+        }
     )
     c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
     r = c.getresponse()
@@ -103,7 +108,9 @@ def test_clients_that_leave_mid_stream_leave_no_stuck_session() -> None:
         host, port = s.url.removeprefix("http://").rsplit(":", 1)
         for _ in range(6):
             c = http.client.HTTPConnection(host, int(port), timeout=60)
-            body = json.dumps({"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "stream": True})
+            body = json.dumps(
+                {"prompt": "Once upon a time", "max_tokens": 400, "temperature": 0, "stream": True}
+            )
             c.request("POST", "/v1/completions", body)
             r = c.getresponse()
             assert r.status == 200
@@ -118,9 +125,13 @@ def test_clients_that_leave_mid_stream_leave_no_stuck_session() -> None:
         c = http.client.HTTPConnection(host_, port_, timeout=10)
         c.request("GET", "/metrics")
         metrics = c.getresponse().read().decode()
-        cancelled = next(float(x.split()[1]) for x in metrics.splitlines() if x.startswith("qhx_requests_cancelled_total"))
+        cancelled = next(
+            float(x.split()[1]) for x in metrics.splitlines() if x.startswith("qhx_requests_cancelled_total")
+        )
         assert cancelled >= 6, metrics
-        generated = next(float(x.split()[1]) for x in metrics.splitlines() if x.startswith("qhx_completion_tokens_total"))
+        generated = next(
+            float(x.split()[1]) for x in metrics.splitlines() if x.startswith("qhx_completion_tokens_total")
+        )
         assert generated < 6 * 400 / 2, f"clients that left still got {generated} tokens generated"
         # The sessions serve the next client as usual.
         text, _ = _stream(s.url, PROMPTS[0])
@@ -163,7 +174,7 @@ def test_sigterm_lets_a_stream_finish_then_exits_zero() -> None:
     def run() -> None:
         try:
             result["text"] = _stream(s.url, PROMPTS[2], 40)[0]
-        except Exception as e:  # noqa: BLE001 - reported by the assertion below
+        except Exception as e:
             result["error"] = repr(e)
 
     t = threading.Thread(target=run)

@@ -374,3 +374,31 @@ pub fn genie_config(data: &[u8]) {
         }
     }
 }
+
+/// qhx_server's request reader: the first byte picks the endpoint, the rest is the body.
+/// Whatever arrives is a checked request or a 4xx error naming what is wrong, never a panic.
+pub fn server_request(data: &[u8]) {
+    use qhx_server::api::{parse, Defaults, Endpoint};
+    let (ep, body) = match data.split_first() {
+        Some((b, rest)) if b % 2 == 1 => (Endpoint::Completions, rest),
+        Some((_, rest)) => (Endpoint::Chat, rest),
+        None => (Endpoint::Chat, data),
+    };
+    let d = Defaults {
+        sampler: Default::default(),
+        completion_max_tokens: 16,
+    };
+    match parse(ep, body, &d) {
+        Ok(w) => {
+            if let qhx::session::Prompt::Chat(c) = &w.prompt {
+                assert!(!c.messages.is_empty(), "a chat request without messages was accepted");
+            }
+            assert!(w.stops.len() <= 4 && w.stops.iter().all(|s| !s.is_empty()));
+            assert!(w.max_tokens != Some(0));
+        }
+        Err(e) => {
+            assert!(e.status.is_client_error(), "{e}");
+            assert!(!e.message.is_empty());
+        }
+    }
+}

@@ -91,6 +91,18 @@ fn main() {
     {
         put(&out, "prompt", &format!("p{i}"), p.as_bytes());
     }
+    for (i, body) in [
+        "\x00{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":4,\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+        "\x00{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"x\"}]}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}],\"tool_choice\":\"required\"}",
+        "\x00{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"content\":\"1\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"n\",\"schema\":{\"type\":\"object\"}}}}",
+        "\x01{\"prompt\":\"The capital of France is\",\"max_tokens\":8,\"temperature\":0.7,\"top_p\":0.9,\"seed\":-3,\"stop\":[\"\\n\"]}",
+        "\x01{\"prompt\":[1,2,3]}",
+    ]
+    .iter()
+    .enumerate()
+    {
+        put(&out, "server_request", &format!("r{i}"), body.as_bytes());
+    }
     // genie_config: 8 header bytes (graph shape, see qhx_fuzz::GenieShape) + config text.
     // Header [layers, n_kv, head_dim, vocab, cl, variants/splits, perturb, at]: head_dim
     // index 1 is 8, index 2 is 16; configs with kv-dim 8 / 16 / none match their header.
