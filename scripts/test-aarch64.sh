@@ -3,7 +3,7 @@
 # arm64 std (installed here when missing), run the SmolLM2 demo as an aarch64 program and
 # check its output_ids equal the x86_64 build's, then run every workspace test for the
 # target under qemu (child qhx_generate / qhx_inspect too) and the C API program against the
-# cross-built libqhx.a, and print "N passed, M failed".
+# cross-built libqhx.a, and qhx_server (/health and a completion), and print "N passed, M failed".
 # Tests that cannot run under qemu are named below with the reason; nothing else is skipped.
 #   scripts/test-aarch64.sh
 # Env: QHX_A64_TARGET_DIR (default target/aarch64-cross; point it at a persistent directory
@@ -186,6 +186,43 @@ if [[ $capi_rc -ne 0 ]]; then
 fi
 echo "C API under qemu: $capi_ok checks passed, $capi_fail failed"
 
+stamp "qhx_server under qemu: /health, one completion equal to x86_64's CLI, SIGTERM exit 0"
+srv=$logs/server
+mkdir -p "$srv"
+want=$(target/release/qhx_generate "$bundle/smollm2.json" target/release/libqnn_emu.so \
+    target/release/libqnn_emu.so "$bundle" 2 "$prompt" --json 2>/dev/null |
+    python3 -c 'import json,sys; sys.stdout.write(json.load(sys.stdin)["text"])')
+qemu-aarch64 -L / "$out/qhx_server" "$bundle/smollm2.json" "$lib" "$lib" "$bundle" --port 0 \
+    </dev/null >"$srv/out" 2>"$srv/err" &
+srv_pid=$!
+server_ok=0
+if WANT=$want PROMPT=$prompt python3 - "$srv/err" <<'PY'; then server_ok=1; fi
+import json, os, re, sys, time, urllib.request
+deadline = time.time() + 300
+url = None
+while time.time() < deadline and url is None:
+    m = re.search(r"listening on (http://\S+)", open(sys.argv[1]).read())
+    url = m and m.group(1)
+    time.sleep(0.5)
+if url is None:
+    sys.exit("qhx_server did not start under qemu: " + open(sys.argv[1]).read())
+health = json.load(urllib.request.urlopen(url + "/health", timeout=60))
+assert health["status"] == "ok", health
+body = json.dumps({"prompt": os.environ["PROMPT"], "max_tokens": 2, "temperature": 0}).encode()
+req = urllib.request.Request(url + "/v1/completions", body, {"Content-Type": "application/json"})
+text = json.load(urllib.request.urlopen(req, timeout=600))["choices"][0]["text"]
+assert text == os.environ["WANT"], (text, os.environ["WANT"])
+print(f"qhx_server under qemu: /health ok, completion {text!r} = x86_64 CLI's")
+PY
+kill -TERM "$srv_pid" 2>/dev/null || true
+srv_rc=0
+wait "$srv_pid" || srv_rc=$?
+if [[ $srv_rc -ne 0 || -s "$srv/out" ]]; then
+    echo "test-aarch64: qhx_server exited $srv_rc after SIGTERM (stdout: $(wc -c <"$srv/out") bytes)" >&2
+    server_ok=0
+fi
+((server_ok == 1)) || cat "$srv/err" >&2
+
 echo "per test binary (wall under qemu; two ran at a time, the demo in one slot first):"
 passed=0 failed=0 filtered=0 crc=0
 for ((k = 0; k < i; k++)); do
@@ -214,5 +251,6 @@ if [[ "$passed" -eq 0 ]]; then
     exit 1
 fi
 echo "aarch64 demo ids equal x86_64's: $([[ $demo_ok -eq 1 ]] && echo yes || echo NO)"
-echo "$((passed + demo_ok + capi_ok)) passed, $((failed + 1 - demo_ok + capi_fail)) failed"
-[[ $crc -eq 0 && $demo_ok -eq 1 && $capi_fail -eq 0 ]]
+echo "qhx_server under qemu answers: $([[ $server_ok -eq 1 ]] && echo yes || echo NO)"
+echo "$((passed + demo_ok + capi_ok + server_ok)) passed, $((failed + 1 - demo_ok + capi_fail + 1 - server_ok)) failed"
+[[ $crc -eq 0 && $demo_ok -eq 1 && $capi_fail -eq 0 && $server_ok -eq 1 ]]

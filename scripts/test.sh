@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # All tests: formatting and lints, unit tests, layout assertions, the emulator through the C
 # ABI, end-to-end runs of the real binary (tiny synthetic bundles and SmolLM2 real weights),
-# the bad-input catalogue, and parity on the real QNN HTP backend (real context binaries on
+# the bad-input catalogue, qhx_server through the official openai client, and parity on the
+# real QNN HTP backend (real context binaries on
 # onnxruntime-qnn's x86_64 libQnnHtp.so, scripts/build-real.sh + scripts/real_parity.py), with
 # the exporter's SmolLM2 (v75 fp16, v79 w8a16, v81 w4a16) and Gemma-3-270M bundles run there
 # too. Fails if any test fails or none ran; prints the totals.
@@ -196,6 +197,25 @@ fi
 ppassed=$((ppassed + cpassed))
 pfailed=$((pfailed + cfailed + (crc2 != 0 && cfailed == 0 ? 1 : 0)))
 [[ $crc2 -eq 0 ]] || prc=1
+
+stage "qhx_server (the openai client on the demo bundle, every greedy reply = qhx_generate's; load, disconnects, queue, drain; the bad-request catalogue)"
+slog=$tmp/server.log
+src=0
+spy=$(scripts/openai-venv.sh | tail -n 1)
+{
+    "$xpy" -m ruff check tests/server && "$xpy" -m ruff format --check tests/server &&
+        QHX_BUNDLE="$PWD/$bundle" QHX_TARGET="$PWD/target/release" \
+            "$spy" -m pytest -p no:cacheprovider -q tests/server
+} 2>&1 | tee "$slog" || src=$?
+spassed=$(grep -E '^[0-9]+ passed' "$slog" | tail -n 1 | sed -E 's/^([0-9]+) passed.*/\1/' || true)
+sfailed=$(grep -oE '[0-9]+ failed' "$slog" | tail -n 1 | cut -d' ' -f1 || true)
+if [[ -z "$spassed" || "$spassed" -eq 0 ]]; then
+    echo "test.sh: the server suite ran no test" >&2
+    src=1
+fi
+ppassed=$((ppassed + ${spassed:-0}))
+pfailed=$((pfailed + ${sfailed:-0} + (src != 0 && ${sfailed:-0} == 0 ? 1 : 0)))
+[[ $src -eq 0 ]] || prc=1
 
 stage "bundle-shape matrix (prefill window/chunked/none x pos/head-major KV x f32/f16/ufixed16; SmolLM2 with --spec lookup)"
 matrix=$(QHX_MATRIX=${QHX_MATRIX:-ci} scripts/build-matrix.sh)

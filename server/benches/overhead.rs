@@ -45,7 +45,9 @@ impl TextSink for Stamps {
 
 fn direct(session: &mut Session, n: usize) -> Times {
     let t0 = Instant::now();
-    let ids = session.prompt_ids(&Prompt::Text(PROMPT.into())).expect("encode");
+    let ids = session
+        .prompt_ids(&Prompt::Text(PROMPT.into()))
+        .expect("encode");
     let cfg = GenConfig {
         ignore_eos: true,
         ..GenConfig::greedy(n)
@@ -129,7 +131,11 @@ fn main() {
     let shape = val("--shape", "llama-1b");
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let lib = root.join("target/release/libqnn_emu.so");
-    assert!(lib.exists(), "{} is missing: cargo build --release -p qnn-emu", lib.display());
+    assert!(
+        lib.exists(),
+        "{} is missing: cargo build --release -p qnn-emu",
+        lib.display()
+    );
     let spec = qnn_emu::writer::preset(&shape, "f16", 1024).expect("shape");
     let dir = root.join("target/bundles/server-overhead").join(&spec.name);
     let manifest = if dir.join(format!("{}.json", spec.name)).exists() {
@@ -150,11 +156,13 @@ fn main() {
         Defaults {
             sampler: Default::default(),
             completion_max_tokens: 16,
+            spec: None,
         },
         "bench".into(),
         None,
         1 << 20,
         Duration::from_secs(30),
+        None,
         loaded.clone(),
         Arc::clone(&bspec),
     ));

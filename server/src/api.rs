@@ -16,6 +16,8 @@ pub struct Defaults {
     pub sampler: qhx::sampler::SamplerConfig,
     /// `max_tokens` of a completion that gives none (chat: until the context is full).
     pub completion_max_tokens: usize,
+    /// Speculative decoding for every request (`--spec`).
+    pub spec: Option<qhx::speculative::SpecConfig>,
 }
 
 /// How a reply may use the tools offered.
@@ -45,6 +47,7 @@ pub struct Work {
     pub model: Option<String>,
     /// Generate past the end token (llama-server's `ignore_eos`, for benchmarks).
     pub ignore_eos: bool,
+    pub spec: Option<qhx::speculative::SpecConfig>,
 }
 
 /// Which endpoint a body came to.
@@ -261,6 +264,7 @@ pub fn parse(ep: Endpoint, body: &[u8], d: &Defaults) -> Result<Work, ApiError> 
         include_usage,
         model,
         ignore_eos,
+        spec: d.spec.clone(),
     })
 }
 
@@ -746,6 +750,7 @@ mod tests {
         Defaults {
             sampler: Default::default(),
             completion_max_tokens: 16,
+            spec: None,
         }
     }
 

@@ -69,8 +69,14 @@ struct Args {
     /// Seconds a stop waits for in-flight requests before cancelling them.
     #[arg(long, default_value_t = 60, value_name = "S")]
     drain_timeout: u64,
+    /// Positions a request may use, prompt and reply (default and at most: the bundle's
+    /// context).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..))]
+    ctx: Option<u32>,
     #[command(flatten)]
     sampling: qhx::cli::SamplingArgs,
+    #[command(flatten)]
+    speculation: qhx::cli::SpecArgs,
     /// More log lines on stderr (load details, each request).
     #[arg(short, long)]
     verbose: bool,
@@ -129,14 +135,17 @@ fn run(args: Args) -> Result<ExitCode> {
         Defaults {
             sampler,
             completion_max_tokens: args.completion_max_tokens,
+            spec: args.speculation.config().map_err(qhx::cli::usage)?,
         },
         model.clone(),
         args.api_key.clone().filter(|k| !k.is_empty()),
         args.max_body,
         Duration::from_secs(args.body_timeout),
+        args.ctx.map(|c| c as usize),
         loaded.clone(),
         Arc::clone(&spec),
     ));
+    let app_ctx = app.ctx;
     let limits = Limits {
         max_connections: args.max_connections.max(1),
         header_timeout: Duration::from_secs(args.header_timeout.max(1)),
@@ -158,7 +167,7 @@ fn run(args: Args) -> Result<ExitCode> {
             "qhx_server: listening on http://{local} (model {model:?}, {} session(s), queue {}, context {}){}",
             pool.parallel(),
             args.queue,
-            loaded.max_ctx(),
+            app_ctx,
             if args.api_key.is_some() { ", API key required" } else { "" }
         );
         listen::serve(listener, routes::router(app), limits, stop_signal(), pool).await;

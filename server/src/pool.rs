@@ -42,12 +42,17 @@ pub struct Finished {
     pub decode_ms: f64,
     /// Time spent waiting for a session.
     pub queued_ms: f64,
+    /// Speculation: tokens drafted and accepted.
+    pub drafted: usize,
+    pub accepted: usize,
 }
 
 /// A request, tokenized and checked, ready for a session.
 pub struct Job {
     pub work: Work,
     pub ids: Vec<u32>,
+    /// Tokens the context (`--ctx`) leaves after the prompt.
+    pub room: usize,
     pub tokenize_ms: f64,
     pub grammar: Option<(Arc<qhx::grammar::Vocab>, qhx::grammar::Spec)>,
     pub events: UnboundedSender<Event>,
@@ -232,10 +237,7 @@ fn run(session: &mut Session, job: Job, sh: &Shared) {
         return;
     }
     let _running = sh.metrics.running(job.cancel.clone());
-    let requested = job
-        .work
-        .max_tokens
-        .unwrap_or_else(|| session.loaded().max_ctx());
+    let requested = job.work.max_tokens.unwrap_or(job.room).min(job.room);
     let cfg = GenConfig {
         n_tokens: requested,
         sampler: job.work.sampler.clone(),
@@ -243,7 +245,7 @@ fn run(session: &mut Session, job: Job, sh: &Shared) {
         ignore_eos: job.work.ignore_eos,
         teacher: None,
         cancel: job.cancel.clone(),
-        spec: None,
+        spec: job.work.spec.clone(),
     };
     let text = TextRequest {
         stops: job.work.stops.clone(),
@@ -286,6 +288,8 @@ fn run(session: &mut Session, job: Job, sh: &Shared) {
                 ttft_ms: s.ttft_ms,
                 decode_ms: s.decode_ms,
                 queued_ms,
+                drafted: turn.output.spec.as_ref().map_or(0, |x| x.drafted),
+                accepted: turn.output.spec.as_ref().map_or(0, |x| x.accepted),
             })
         }
         Err(e) => {

@@ -35,6 +35,8 @@ pub struct App {
     pub api_key: Option<String>,
     pub max_body: usize,
     pub body_timeout: Duration,
+    /// Positions a request may use (`--ctx`, at most the bundle's).
+    pub ctx: usize,
     pub loaded: qhx::load::Loaded,
     pub spec: Arc<qhx::bundle::Spec>,
     pub template: Option<qhx::chat::ChatTemplate>,
@@ -52,6 +54,7 @@ impl App {
         api_key: Option<String>,
         max_body: usize,
         body_timeout: Duration,
+        ctx: Option<usize>,
         loaded: qhx::load::Loaded,
         spec: Arc<qhx::bundle::Spec>,
     ) -> App {
@@ -65,6 +68,7 @@ impl App {
             api_key,
             max_body,
             body_timeout,
+            ctx: ctx.map_or(loaded.max_ctx(), |c| c.min(loaded.max_ctx())),
             loaded,
             spec,
             template,
@@ -173,7 +177,7 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
 
 fn model_object(app: &App) -> Value {
     json!({"id": app.model, "object": "model", "created": app.created, "owned_by": "qhx",
-           "context_length": app.loaded.max_ctx()})
+           "context_length": app.ctx})
 }
 
 async fn models(State(app): State<Arc<App>>) -> Response {
@@ -280,7 +284,7 @@ async fn start(app: &Arc<App>, ep: Endpoint, req: Request) -> Result<Response, A
     // Tokenizing and compiling a grammar take CPU time: off the async threads.
     let a = Arc::clone(app);
     let w = work.clone();
-    let (ids, tokenize_ms, grammar) = tokio::task::spawn_blocking(move || prepare(&a, &w))
+    let (ids, room, tokenize_ms, grammar) = tokio::task::spawn_blocking(move || prepare(&a, &w))
         .await
         .map_err(|e| ApiError::internal(format!("request preparation failed: {e}")))??;
     let (tx, rx) = mpsc::unbounded_channel();
@@ -288,6 +292,7 @@ async fn start(app: &Arc<App>, ep: Endpoint, req: Request) -> Result<Response, A
     let job = Job {
         work: work.clone(),
         ids,
+        room,
         tokenize_ms,
         grammar,
         events: tx,
@@ -305,11 +310,12 @@ async fn start(app: &Arc<App>, ep: Endpoint, req: Request) -> Result<Response, A
 
 type Prepared = (
     Vec<u32>,
+    usize,
     f64,
     Option<(Arc<qhx::grammar::Vocab>, qhx::grammar::Spec)>,
 );
 
-/// The prompt's ids (checked against the context) and the compiled grammar.
+/// The prompt's ids, the room they leave in the context, and the compiled grammar.
 fn prepare(app: &App, w: &Work) -> Result<Prepared, ApiError> {
     let t0 = Instant::now();
     let tok = app.loaded.tokenizer();
@@ -334,7 +340,7 @@ fn prepare(app: &App, w: &Work) -> Result<Prepared, ApiError> {
             format!("token id {bad} is out of the vocabulary ({vocab_n})"),
         ));
     }
-    let max_ctx = app.loaded.max_ctx();
+    let max_ctx = app.ctx;
     let room = qhx::session::room(ids.len(), max_ctx).map_err(|_| {
         ApiError::invalid(
             "messages",
@@ -345,7 +351,6 @@ fn prepare(app: &App, w: &Work) -> Result<Prepared, ApiError> {
         )
         .with_code("context_length_exceeded")
     })?;
-    let _ = room;
     let tokenize_ms = t0.elapsed().as_secs_f64() * 1e3;
     let grammar = match &w.grammar {
         None => None,
@@ -362,7 +367,7 @@ fn prepare(app: &App, w: &Work) -> Result<Prepared, ApiError> {
             Some((vocab, spec.clone()))
         }
     };
-    Ok((ids, tokenize_ms, grammar))
+    Ok((ids, room, tokenize_ms, grammar))
 }
 
 fn finish_reason(f: &Finished, calls: bool) -> &'static str {
@@ -381,6 +386,27 @@ fn usage(f: &Finished) -> Value {
         "completion_tokens": f.completion_tokens,
         "total_tokens": f.prompt_tokens + f.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": f.reused},
+    })
+}
+
+/// llama-server's `timings` block: where the time went (not in OpenAI's schema; clients
+/// ignore it).
+fn timings(f: &Finished) -> Value {
+    let per_s = if f.decode_ms > 0.0 && f.completion_tokens > 1 {
+        (f.completion_tokens - 1) as f64 / (f.decode_ms / 1e3)
+    } else {
+        0.0
+    };
+    json!({
+        "cache_n": f.reused,
+        "prompt_n": f.prompt_tokens - f.reused,
+        "queued_ms": f.queued_ms,
+        "ttft_ms": f.ttft_ms,
+        "predicted_n": f.completion_tokens,
+        "predicted_ms": f.decode_ms,
+        "predicted_per_second": per_s,
+        "draft_n": f.drafted,
+        "draft_n_accepted": f.accepted,
     })
 }
 
@@ -437,6 +463,7 @@ async fn whole_reply(
                 "choices": [{"index": 0, "message": message, "logprobs": null,
                              "finish_reason": finish_reason(&done, !calls.is_empty())}],
                 "usage": usage(&done),
+                "timings": timings(&done),
             })
         }
         Endpoint::Completions => json!({
@@ -445,6 +472,7 @@ async fn whole_reply(
             "choices": [{"index": 0, "text": done.text, "logprobs": null,
                          "finish_reason": finish_reason(&done, false)}],
             "usage": usage(&done),
+            "timings": timings(&done),
         }),
     };
     Ok(Json(body).into_response())
@@ -546,6 +574,7 @@ impl StreamState {
             let mut u = json!({
                 "id": self.id, "created": self.created, "model": self.model,
                 "system_fingerprint": fingerprint(), "choices": [], "usage": usage(&f),
+                "timings": timings(&f),
             });
             u["object"] = json!(match self.ep {
                 Endpoint::Chat => "chat.completion.chunk",

@@ -75,34 +75,8 @@ pub struct Args {
     /// Keep generating past end-of-sequence tokens.
     #[arg(long)]
     pub ignore_eos: bool,
-    /// Speculative decoding. `lookup`: draft the tokens that followed the latest earlier
-    /// occurrence of the text's last words (prompt lookup) and verify them in one execute
-    /// of a step that takes several rows over the cache (the bundle's verify graph, a
-    /// chunked prefill, a Genie AR-N variant). Greedy output is unchanged; sampled output
-    /// keeps its distribution. With --bench, each tg test also runs as a `tgN+lookup` row.
-    #[arg(long, value_name = "lookup", value_parser = parse_spec)]
-    pub spec: Option<crate::speculative::DraftKind>,
-    /// Most drafted tokens per verify (--spec) [default: 8; the verify step's rows less one
-    /// bound it too].
-    #[arg(long, value_name = "N", requires = "spec", value_parser = parse_n_tokens)]
-    pub draft_max: Option<usize>,
-    /// Fewest drafted tokens worth a verify; fewer run as a plain decode step (--spec)
-    /// [default: 1].
-    #[arg(long, value_name = "N", requires = "spec", value_parser = parse_n_tokens)]
-    pub draft_min: Option<usize>,
-    /// When a verify pays (--spec): it costs about R decode steps and yields the accepted
-    /// drafts plus one token, so speculation switches itself off while the running yield
-    /// is below R and on again when the drafts it skipped would have paid. `measure`: R
-    /// from the executes' wall times; a number: R as given (e.g. the exporter's --estimate
-    /// of the verify and decode graphs); `off`: verify every draft [default: measure].
-    #[arg(long, value_name = "measure|R|off", requires = "spec", value_parser = parse_adaptive)]
-    pub spec_adaptive: Option<crate::speculative::Adaptive>,
-    /// Shortest and longest suffix, in tokens, that prompt lookup matches (--spec lookup;
-    /// vLLM's prompt_lookup_min / _max) [default: 2 and 4].
-    #[arg(long, value_name = "N", requires = "spec", value_parser = parse_n_tokens)]
-    pub lookup_min: Option<usize>,
-    #[arg(long, value_name = "N", requires = "spec", value_parser = parse_n_tokens)]
-    pub lookup_max: Option<usize>,
+    #[command(flatten)]
+    pub speculation: super::SpecArgs,
     /// Parity mode: greedy-generate as many tokens as given and exit 3 at the first
     /// divergence. Takes a comma list of ids, or a JSON file (an array, or an object with
     /// `gold_ids` / `gold_ids_prefix` / `output_ids`).
@@ -228,27 +202,6 @@ fn parse_list(s: &str) -> std::result::Result<usize, String> {
     s.trim()
         .parse::<usize>()
         .map_err(|_| format!("{s:?} is not a whole number of tokens"))
-}
-
-fn parse_adaptive(s: &str) -> std::result::Result<crate::speculative::Adaptive, String> {
-    use crate::speculative::Adaptive;
-    match s {
-        "measure" => Ok(Adaptive::Measure),
-        "off" => Ok(Adaptive::Off),
-        _ => match s.parse::<f64>() {
-            Ok(r) if r.is_finite() && r > 0.0 => Ok(Adaptive::Cost(r)),
-            _ => Err(format!(
-                "{s:?}: expected measure, off, or a verify cost in decode steps (a positive number)"
-            )),
-        },
-    }
-}
-
-fn parse_spec(s: &str) -> std::result::Result<crate::speculative::DraftKind, String> {
-    match s {
-        "lookup" => Ok(crate::speculative::DraftKind::Lookup),
-        _ => Err(format!("--spec {s:?}: expected lookup")),
-    }
 }
 
 pub fn parse_n_tokens(s: &str) -> std::result::Result<usize, String> {
@@ -681,31 +634,7 @@ impl Request {
             }
             _ => false,
         };
-        let spec = args.spec.map(|kind| {
-            let d = crate::speculative::SpecConfig::lookup();
-            crate::speculative::SpecConfig {
-                kind,
-                draft_max: args.draft_max.unwrap_or(d.draft_max),
-                draft_min: args.draft_min.unwrap_or(d.draft_min),
-                adaptive: args.spec_adaptive.unwrap_or(d.adaptive),
-                ngram_min: args.lookup_min.unwrap_or(d.ngram_min),
-                ngram_max: args.lookup_max.unwrap_or(d.ngram_max),
-            }
-        });
-        if let Some(sp) = &spec {
-            if sp.ngram_min > sp.ngram_max {
-                bail!(usage(format!(
-                    "--lookup-min {} is more than --lookup-max {}",
-                    sp.ngram_min, sp.ngram_max
-                )));
-            }
-            if sp.draft_min > sp.draft_max {
-                bail!(usage(format!(
-                    "--draft-min {} is more than --draft-max {}",
-                    sp.draft_min, sp.draft_max
-                )));
-            }
-        }
+        let spec = args.speculation.config().map_err(usage)?;
         let prompt = if let Some(f) = &args.tokens_in {
             Prompt::Ids(read_tokens_in(f, bundle.vocab())?)
         } else if chat && !args.interactive {

@@ -123,6 +123,91 @@ impl SamplingArgs {
     }
 }
 
+/// Speculative decoding flags (qhx_generate and qhx_server).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct SpecArgs {
+    /// Speculative decoding. `lookup`: draft the tokens that followed the latest earlier
+    /// occurrence of the text's last words (prompt lookup) and verify them in one execute
+    /// of a step that takes several rows over the cache (the bundle's verify graph, a
+    /// chunked prefill, a Genie AR-N variant). Greedy output is unchanged; sampled output
+    /// keeps its distribution. With --bench, each tg test also runs as a `tgN+lookup` row.
+    #[arg(long, value_name = "lookup", value_parser = parse_spec)]
+    pub spec: Option<crate::speculative::DraftKind>,
+    /// Most drafted tokens per verify (--spec) [default: 8; the verify step's rows less one
+    /// bound it too].
+    #[arg(long, value_name = "N", requires = "spec", value_parser = generate::parse_n_tokens)]
+    pub draft_max: Option<usize>,
+    /// Fewest drafted tokens worth a verify; fewer run as a plain decode step (--spec)
+    /// [default: 1].
+    #[arg(long, value_name = "N", requires = "spec", value_parser = generate::parse_n_tokens)]
+    pub draft_min: Option<usize>,
+    /// When a verify pays (--spec): it costs about R decode steps and yields the accepted
+    /// drafts plus one token, so speculation switches itself off while the running yield
+    /// is below R and on again when the drafts it skipped would have paid. `measure`: R
+    /// from the executes' wall times; a number: R as given (e.g. the exporter's --estimate
+    /// of the verify and decode graphs); `off`: verify every draft [default: measure].
+    #[arg(long, value_name = "measure|R|off", requires = "spec", value_parser = parse_adaptive)]
+    pub spec_adaptive: Option<crate::speculative::Adaptive>,
+    /// Shortest and longest suffix, in tokens, that prompt lookup matches (--spec lookup;
+    /// vLLM's prompt_lookup_min / _max) [default: 2 and 4].
+    #[arg(long, value_name = "N", requires = "spec", value_parser = generate::parse_n_tokens)]
+    pub lookup_min: Option<usize>,
+    #[arg(long, value_name = "N", requires = "spec", value_parser = generate::parse_n_tokens)]
+    pub lookup_max: Option<usize>,
+}
+
+impl SpecArgs {
+    /// The speculation settings, with the defaults for flags not given (None: no `--spec`).
+    pub fn config(&self) -> Result<Option<crate::speculative::SpecConfig>, String> {
+        let Some(kind) = self.spec else {
+            return Ok(None);
+        };
+        let d = crate::speculative::SpecConfig::lookup();
+        let sp = crate::speculative::SpecConfig {
+            kind,
+            draft_max: self.draft_max.unwrap_or(d.draft_max),
+            draft_min: self.draft_min.unwrap_or(d.draft_min),
+            adaptive: self.spec_adaptive.unwrap_or(d.adaptive),
+            ngram_min: self.lookup_min.unwrap_or(d.ngram_min),
+            ngram_max: self.lookup_max.unwrap_or(d.ngram_max),
+        };
+        if sp.ngram_min > sp.ngram_max {
+            return Err(format!(
+                "--lookup-min {} is more than --lookup-max {}",
+                sp.ngram_min, sp.ngram_max
+            ));
+        }
+        if sp.draft_min > sp.draft_max {
+            return Err(format!(
+                "--draft-min {} is more than --draft-max {}",
+                sp.draft_min, sp.draft_max
+            ));
+        }
+        Ok(Some(sp))
+    }
+}
+
+fn parse_adaptive(s: &str) -> std::result::Result<crate::speculative::Adaptive, String> {
+    use crate::speculative::Adaptive;
+    match s {
+        "measure" => Ok(Adaptive::Measure),
+        "off" => Ok(Adaptive::Off),
+        _ => match s.parse::<f64>() {
+            Ok(r) if r.is_finite() && r > 0.0 => Ok(Adaptive::Cost(r)),
+            _ => Err(format!(
+                "{s:?}: expected measure, off, or a verify cost in decode steps (a positive number)"
+            )),
+        },
+    }
+}
+
+fn parse_spec(s: &str) -> std::result::Result<crate::speculative::DraftKind, String> {
+    match s {
+        "lookup" => Ok(crate::speculative::DraftKind::Lookup),
+        _ => Err(format!("--spec {s:?}: expected lookup")),
+    }
+}
+
 /// `--repeat-last-n`: a window size, 0 (off) or -1 (the whole context).
 fn parse_repeat_last_n(s: &str) -> Result<usize, String> {
     match s.trim().parse::<i64>() {

@@ -325,3 +325,23 @@ def test_an_idle_keep_alive_connection_is_closed(guarded: Server) -> None:
     assert sock.recv(16) == b"", "the idle connection was not closed"
     assert time.monotonic() - t0 < 4, "idle for longer than --header-timeout (2 s)"
     sock.close()
+
+
+def test_connections_past_the_limit_get_503() -> None:
+    s = Server("--max-connections", "2", "--header-timeout", "5")
+    try:
+        held = [socket.create_connection((s.host, s.port), timeout=10) for _ in range(2)]
+        time.sleep(0.2)
+        c = http.client.HTTPConnection(s.host, s.port, timeout=10)
+        c.request("GET", "/v1/models")
+        r = c.getresponse()
+        body = json.loads(r.read())
+        assert r.status == 503 and "too many open connections" in body["error"]["message"], body
+        for h in held:
+            h.close()
+        time.sleep(0.2)
+        c = http.client.HTTPConnection(s.host, s.port, timeout=10)
+        c.request("GET", "/v1/models")
+        assert c.getresponse().status == 200
+    finally:
+        assert s.stop() == 0

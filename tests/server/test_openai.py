@@ -287,3 +287,22 @@ def test_health_and_metrics(server: Server) -> None:
         "qhx_queue_depth",
     ):
         assert name in text
+
+
+def test_speculation_and_a_context_cap_keep_the_cli_text() -> None:
+    # Prompt lookup has something to draft: the reply repeats the prompt's words.
+    msgs = [{"role": "user", "content": "Repeat exactly: the quick brown fox jumps over the lazy dog."}]
+    s = Server("--spec", "lookup", "--ctx", "128")
+    try:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
+        r = c.chat.completions.create(model="smollm2", messages=msgs, max_tokens=N, temperature=0)
+        assert r.choices[0].message.content == cli_chat(msgs, N)
+        t = r.model_extra["timings"]
+        assert t["draft_n"] > 0 and t["draft_n_accepted"] > 0, t
+        with pytest.raises(openai.BadRequestError) as e:
+            c.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": "word " * 150}])
+        assert e.value.body["code"] == "context_length_exceeded"
+        assert "context is 128" in e.value.body["message"]
+        assert c.models.retrieve("smollm2").model_extra["context_length"] == 128
+    finally:
+        assert s.stop() == 0

@@ -387,6 +387,7 @@ pub fn server_request(data: &[u8]) {
     let d = Defaults {
         sampler: Default::default(),
         completion_max_tokens: 16,
+        spec: None,
     };
     match parse(ep, body, &d) {
         Ok(w) => {
