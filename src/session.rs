@@ -197,12 +197,14 @@ impl Session {
         driver.generate(&mut self.engine, ids, &cfg, requested, tokenize_ms, sink)
     }
 
-    /// [`Session::generate`], keeping the longest prefix of `ids` that the cache already
-    /// holds from this session's last turn (a conversation's earlier turns, as
+    /// [`Session::generate`], keeping (when `reuse`) the longest prefix of `ids` that the
+    /// cache already holds from this session's last turn (a conversation's earlier turns, as
     /// llama-server's prompt cache): only the rest is fed. Gives the same tokens as a
     /// fresh turn. Returns the turn and how many prompt ids were kept.
+    #[allow(clippy::too_many_arguments)]
     pub fn generate_reusing(
         &mut self,
+        reuse: bool,
         ids: &[u32],
         cfg: &GenConfig,
         requested: usize,
@@ -218,7 +220,7 @@ impl Session {
         let eos = self.loaded.eos();
         let driver = TextDriver::new(self.loaded.tokenizer(), &eos, self.text_options(text)?);
         // One id at least is fed: its logits pick the first token.
-        let kept = if self.engine.can_rewind() {
+        let kept = if reuse && self.engine.can_rewind() {
             common_prefix(self.engine.cached(), ids).min(ids.len().saturating_sub(1))
         } else {
             0

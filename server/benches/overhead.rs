@@ -43,10 +43,16 @@ impl TextSink for Stamps {
     }
 }
 
-fn direct(session: &mut Session, n: usize) -> Times {
+/// Round `i`'s prompt (the server is asked not to reuse a cached prefix either:
+/// `cache_prompt: false`, so both paths prefill the whole prompt).
+fn prompt(i: usize) -> String {
+    format!("Round {i}: {PROMPT}")
+}
+
+fn direct(session: &mut Session, n: usize, i: usize) -> Times {
     let t0 = Instant::now();
     let ids = session
-        .prompt_ids(&Prompt::Text(PROMPT.into()))
+        .prompt_ids(&Prompt::Text(prompt(i)))
         .expect("encode");
     let cfg = GenConfig {
         ignore_eos: true,
@@ -56,17 +62,17 @@ fn direct(session: &mut Session, n: usize) -> Times {
     session
         .generate(&ids, &cfg, n, &TextRequest::default(), 0.0, Some(&mut s))
         .expect("generate");
-    let end = Instant::now();
-    let first = s.0[0];
+    let (first, last) = (s.0[0], s.0[s.0.len() - 1]);
     Times {
         ttft_ms: ms(first - t0),
-        per_token_ms: ms(end - first) / (s.0.len() - 1) as f64,
+        per_token_ms: ms(last - first) / (s.0.len() - 1) as f64,
     }
 }
 
-fn served(addr: std::net::SocketAddr, n: usize) -> Times {
+fn served(addr: std::net::SocketAddr, n: usize, i: usize) -> Times {
+    let p = prompt(i);
     let body = format!(
-        r#"{{"prompt":"{PROMPT}","max_tokens":{n},"temperature":0,"ignore_eos":true,"stream":true,"stream_options":{{"include_usage":true}}}}"#
+        r#"{{"prompt":"{p}","max_tokens":{n},"temperature":0,"ignore_eos":true,"cache_prompt":false,"stream":true,"stream_options":{{"include_usage":true}}}}"#
     );
     let t0 = Instant::now();
     let mut sock = TcpStream::connect(addr).expect("connect");
@@ -129,6 +135,9 @@ fn main() {
     let rounds: usize = val("--rounds", "9").parse().expect("--rounds");
     let n: usize = val("--tokens", "128").parse().expect("--tokens");
     let shape = val("--shape", "llama-1b");
+    // The emulator prints a banner on fd 1, as the real backend does: stdout stays ours.
+    qhx::os::stdio::isolate_stdout(false).expect("keep stdout");
+    let mut out = qhx::os::stdio::stdout();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let lib = root.join("target/release/libqnn_emu.so");
     assert!(
@@ -192,12 +201,12 @@ fn main() {
         pool,
     ));
     // Warm-up of both paths, then interleaved rounds.
-    direct(&mut session, n);
-    served(addr, n);
+    direct(&mut session, n, 0);
+    served(addr, n, 0);
     let (mut d_ttft, mut d_tok, mut s_ttft, mut s_tok) = (vec![], vec![], vec![], vec![]);
-    for _ in 0..rounds {
-        let d = direct(&mut session, n);
-        let s = served(addr, n);
+    for i in 1..=rounds {
+        let d = direct(&mut session, n, i);
+        let s = served(addr, n, i);
         d_ttft.push(d.ttft_ms);
         d_tok.push(d.per_token_ms);
         s_ttft.push(s.ttft_ms);
@@ -214,12 +223,13 @@ fn main() {
         "note": "null-compute emulator bundle, this host: not a phone figure",
     });
     if json {
-        println!("{row}");
+        let _ = writeln!(out, "{row}");
     } else {
-        println!("| path | TTFT ms | ms/token |\n|---|---|---|");
-        println!("| Session (qhx_generate's path) | {dt:.3} | {dk:.4} |");
-        println!("| qhx_server, HTTP + SSE | {st:.3} | {sk:.4} |");
-        println!(
+        let _ = writeln!(out, "| path | TTFT ms | ms/token |\n|---|---|---|");
+        let _ = writeln!(out, "| Session (qhx_generate's path) | {dt:.3} | {dk:.4} |");
+        let _ = writeln!(out, "| qhx_server, HTTP + SSE | {st:.3} | {sk:.4} |");
+        let _ = writeln!(
+            out,
             "| overhead (target ≤ 2 ms, ≤ 0.1 ms) | {:.3} | {:.4} |",
             st - dt,
             sk - dk

@@ -47,6 +47,9 @@ pub struct Work {
     pub model: Option<String>,
     /// Generate past the end token (llama-server's `ignore_eos`, for benchmarks).
     pub ignore_eos: bool,
+    /// Reuse the prefix a session's cache shares with the prompt (llama-server's
+    /// `cache_prompt`, default true; false feeds the whole prompt, as a fresh run).
+    pub cache_prompt: bool,
     pub spec: Option<qhx::speculative::SpecConfig>,
 }
 
@@ -79,6 +82,7 @@ const COMMON: &[&str] = &[
     "repeat_penalty",
     "repeat_last_n",
     "ignore_eos",
+    "cache_prompt",
 ];
 const CHAT_ONLY: &[&str] = &[
     "messages",
@@ -244,6 +248,7 @@ pub fn parse(ep: Endpoint, body: &[u8], d: &Defaults) -> Result<Work, ApiError> 
     let stops = stops(o.get("stop"))?;
     let model = f.string_opt("model")?;
     let ignore_eos = f.bool_opt("ignore_eos")?.unwrap_or(false);
+    let cache_prompt = f.bool_opt("cache_prompt")?.unwrap_or(true);
 
     let (prompt, tools, grammar) = match ep {
         Endpoint::Chat => chat_prompt(&o)?,
@@ -264,6 +269,7 @@ pub fn parse(ep: Endpoint, body: &[u8], d: &Defaults) -> Result<Work, ApiError> 
         include_usage,
         model,
         ignore_eos,
+        cache_prompt,
         spec: d.spec.clone(),
     })
 }

@@ -258,6 +258,7 @@ fn run(session: &mut Session, job: Job, sh: &Shared) {
         cancel: &job.cancel,
     };
     let r = session.generate_reusing(
+        job.work.cache_prompt,
         &job.ids,
         &cfg,
         requested,
