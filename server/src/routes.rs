@@ -2,7 +2,7 @@
 //! `/metrics`. A handler reads and checks the body, tokenizes it off the async threads,
 //! hands it to the pool, and answers with one JSON document or an SSE stream.
 
-use crate::api::{self, Defaults, Endpoint, ToolChoice, Work};
+use crate::api::{self, Defaults, Endpoint, Work};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::pool::{Event, Finished, Job, Pool};
@@ -608,11 +608,8 @@ async fn stream_reply(
         }),
         created: unix_now(),
         model: work.model.clone().unwrap_or_else(|| app.model.clone()),
-        undecided: ep == Endpoint::Chat
-            && work
-                .tools
-                .as_ref()
-                .is_some_and(|(_, c)| matches!(c, ToolChoice::Auto | ToolChoice::Required)),
+        // A reply to a request with tools may be a call: held until its first characters tell.
+        undecided: ep == Endpoint::Chat && work.tools.is_some(),
         work,
         rx,
         held: String::new(),

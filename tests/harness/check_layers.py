@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Which file imports which, and whether that is allowed: no import circle between files (Rust
-crates src/ and capi/src/, the exporter package export/qhx_export), and no file of the qhx
+crates src/, capi/src/ and server/src/, the exporter package export/qhx_export), and no file of the qhx
 library importing from a floor above its own (FLOORS). Stdlib only; run by
 scripts/check-layers.sh, which CI runs.
 
@@ -213,11 +213,13 @@ def main() -> int:
             )
     cmods, cedges = rust_edges(root / "capi" / "src")
     bad += report_circles("capi/src/", cmods, cedges, root)
+    smods, sedges = rust_edges(root / "server" / "src")
+    bad += report_circles("server/src/", smods, sedges, root)
     pmods, pedges = python_edges(root / "export" / "qhx_export")
     bad += report_circles("export/qhx_export/", pmods, pedges, root)
     print(
         f"check-layers: src/ {len(mods)} files {n_edges} imports on {len(FLOORS)} floors, capi/src/ {len(cmods)} "
-        f"files, export/qhx_export/ {len(pmods)} files {len(pedges)} imports: "
+        f"files, server/src/ {len(smods)} files {len(sedges)} imports, export/qhx_export/ {len(pmods)} files {len(pedges)} imports: "
         + ("ok" if bad == 0 else f"{bad} problem{'s' if bad != 1 else ''}"),
         file=sys.stderr,
     )
