@@ -17,7 +17,7 @@ cache=$(scripts/fetch-assets.sh smollm2 llama3tok dsr1 gemma3 | tail -n 1)
 py="$cache/venv/bin/python"
 out=target/bundles/parity
 mkdir -p "$out/tok"
-stamp_ok() { [[ -f "$1" && "$1" -nt scripts/tiny_models.py ]]; }
+stamp_ok() { [[ -f "$1" && "$1" -nt tests/fixtures/tiny_models.py ]]; }
 # Newer than every module of the exporter package, which writes the SmolLM2 bundles.
 export_ok() { [[ -f "$1" && -z "$(find export/qhx_export -name '*.py' -newer "$1" | head -n 1)" ]]; }
 
@@ -36,9 +36,9 @@ smoltok="$out/tok/smollm2.json"
 gemmatok="$out/tok/gemma3.json"
 g3gguf="$cache/assets/gemma3/gemma-3-270m-q4_k_m.gguf"
 tok_from_gguf() {  # OUT.json GGUF: rebuilt when the converter changes
-    if [[ ! -f "$1" || scripts/gguf_tokenizer.py -nt "$1" || export/qhx_export/tokenizer.py -nt "$1" ]]; then
+    if [[ ! -f "$1" || export/qhx_export/tokenizer.py -nt "$1" || export/qhx_export/read/gguf_meta.py -nt "$1" ]]; then
         echo "build-parity: $1 from GGUF metadata" >&2
-        "$py" scripts/gguf_tokenizer.py "$2" "$1"
+        PYTHONPATH="$PWD/export" "$py" -m qhx_export.tokenizer "$2" "$1"
     fi
 }
 tok_from_gguf "$dstok" "$cache/assets/dsr1/model_part_0000.gguf"

@@ -6,7 +6,7 @@
 # Idempotent: a bundle is rebuilt only when the hash of its inputs (the exporter's sources, the
 # checkpoint, venv pins, options) differs from the one recorded in its .inputs-sha256.
 #
-# The tiny families are the HF directories of scripts/tiny_models.py (write_hf_dir): qwen2 and
+# The tiny families are the HF directories of tests/fixtures/tiny_models.py (write_hf_dir): qwen2 and
 # llama3 are build-parity.sh's (target/bundles/parity/hf/, the goldens' weights and tokenizers),
 # llama3echo is written here (target/bundles/tiny-hf/). Every bundle keeps its ONNX graphs
 # (--keep-onnx): python -m qhx_export.verify.loop --fp32-twin runs the float ones on ORT's CPU EP.
@@ -45,7 +45,7 @@ exporter=$(find export/qhx_export -name '*.py' | LC_ALL=C sort)
 # The tied tiny Llama-3 (no goldens, so build-parity.sh does not make it), rebuilt when
 # tiny_models.py or the tokenizer changes.
 echo_hf=target/bundles/tiny-hf/llama3echo
-if [[ ! -f $echo_hf/qhx_source.json || scripts/tiny_models.py -nt $echo_hf/qhx_source.json ||
+if [[ ! -f $echo_hf/qhx_source.json || tests/fixtures/tiny_models.py -nt $echo_hf/qhx_source.json ||
     $l3tok -nt $echo_hf/qhx_source.json ]]; then
     echo "build-real: $echo_hf" >&2
     rm -rf "$echo_hf"

@@ -21,4 +21,4 @@ for a in "$@"; do
     prev=$a
 done
 export_env export-quality "$model"
-exec nice -n 10 "$py" "$root/scripts/export_quality.py" "$root/target/export-quality" "$@"
+exec nice -n 10 "$py" -m studies.export_quality "$root/target/export-quality" "$@"

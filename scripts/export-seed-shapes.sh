@@ -13,4 +13,4 @@
 set -euo pipefail
 source "$(dirname "$0")/export-env.sh"
 export_env export-seed-shapes llama3tok dsr1
-exec nice -n 10 "$py" "$root/scripts/seed_shapes.py" "$root/target/seed-shapes" "$@"
+exec nice -n 10 "$py" -m studies.seed_shapes "$root/target/seed-shapes" "$@"

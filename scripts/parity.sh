@@ -3,6 +3,8 @@
 # real qhx_generate binary, f32 and f16 I/O bundles. Prints 'N passed, M failed'. No torch needed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The Python harness (tests/), the studies (benches/) and the exporter package, by module name.
+export PYTHONPATH="$PWD/tests:$PWD/benches:$PWD/export${PYTHONPATH:+:$PYTHONPATH}"
 cargo build --release --workspace --quiet
 scripts/build-parity.sh >/dev/null
-exec python3 scripts/parity.py "$@"
+exec python3 -m harness.parity "$@"

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Speculative decoding on the task set (scripts/spec-tasks.json: code edits, a summary, a
+# Speculative decoding on the task set (benches/studies/spec-tasks.json: code edits, a summary, a
 # question about a document, a free story) with SmolLM2's real weights on the emulator:
 # tokens per verify, decode executes per token, and the speedup estimated from Qualcomm's
-# cost model, not from emulator time (scripts/spec_bench.py says how). Outside CI.
+# cost model, not from emulator time (benches/studies/spec_bench.py says how). Outside CI.
 #   scripts/spec-bench.sh [--json]
 # The estimate comes from the exporter: SmolLM2 fp16 for the HTP with an 8-row graph over
 # the cache (the demo bundle's verify shape), --estimate (Hextimate, soc_model 72); the
 # export is cached in target/spec-bench/ (about 2 minutes the first time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The Python harness (tests/), the studies (benches/) and the exporter package, by module name.
+export PYTHONPATH="$PWD/tests:$PWD/benches:$PWD/export${PYTHONPATH:+:$PYTHONPATH}"
 export CARGO_TERM_COLOR=never
 cargo build --release --workspace --quiet >&2
 bundle=$(scripts/build-bundle.sh)
@@ -21,6 +23,6 @@ if [[ ! -f $est/export-report.json ]]; then
     scripts/qhx-export.sh "$gguf" --target htp --precision fp16 --prefill past --ar 8 --ctx 512 \
         --estimate -o "$est" --force >&2
 fi
-python3 scripts/spec_bench.py --generate target/release/qhx_generate --lib target/release/libqnn_emu.so \
-    --manifest "$bundle/smollm2.json" --tasks scripts/spec-tasks.json \
+python3 -m studies.spec_bench --generate target/release/qhx_generate --lib target/release/libqnn_emu.so \
+    --manifest "$bundle/smollm2.json" --tasks benches/studies/spec-tasks.json \
     --estimate "$est/export-report.json" "$@"

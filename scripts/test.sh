@@ -3,11 +3,13 @@
 # ABI, end-to-end runs of the real binary (tiny synthetic bundles and SmolLM2 real weights),
 # the bad-input catalogue, qhx_server through the official openai client, and parity on the
 # real QNN HTP backend (real context binaries on
-# onnxruntime-qnn's x86_64 libQnnHtp.so, scripts/build-real.sh + scripts/real_parity.py), with
+# onnxruntime-qnn's x86_64 libQnnHtp.so, scripts/build-real.sh + tests/harness/real_parity.py), with
 # the exporter's SmolLM2 (v75 fp16, v79 w8a16, v81 w4a16) and Gemma-3-270M bundles run there
 # too. Fails if any test fails or none ran; prints the totals.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The Python harness (tests/), the studies (benches/) and the exporter package, by module name.
+export PYTHONPATH="$PWD/tests:$PWD/benches:$PWD/export${PYTHONPATH:+:$PYTHONPATH}"
 export CARGO_TERM_COLOR=never
 
 # Each foreground stage reports how long the one before it took (CI's budget is read off these).
@@ -57,7 +59,7 @@ real_stages() {
     t_real=$SECONDS
     real=$(scripts/build-real.sh | tail -n 1)
     rrc=0
-    python3 scripts/real_parity.py --bundles "$real" --exclude smollm2 | tee "$rlog" || rrc=$?
+    python3 -m harness.real_parity --bundles "$real" --exclude smollm2 | tee "$rlog" || rrc=$?
     rpassed=$(tail -n 1 "$rlog" | sed -nE 's/^([0-9]+) passed, [0-9]+ failed$/\1/p')
     rfailed=$(tail -n 1 "$rlog" | sed -nE 's/^[0-9]+ passed, ([0-9]+) failed$/\1/p')
     echo "test.sh: real backend stage took $((SECONDS - t_real))s"
@@ -113,7 +115,7 @@ real_stages() {
     genie_dirs=("$real"/genie-*/)
     grc=0
     VS_GENIE_N=${VS_GENIE_N:-8} scripts/vs-genie.sh --json "${genie_dirs[@]}" >"$gjson" || grc=$?
-    python3 scripts/genie_parity.py "$gjson" target/release/qhx_generate "$(scripts/qnn-libs.sh | tail -n 1)" \
+    python3 -m harness.genie_parity "$gjson" target/release/qhx_generate "$(scripts/qnn-libs.sh | tail -n 1)" \
         "${genie_dirs[@]}" | tee "$glog" || grc=$?
     gpassed=$(tail -n 1 "$glog" | sed -nE 's/^([0-9]+) passed, [0-9]+ failed$/\1/p')
     gfailed=$(tail -n 1 "$glog" | sed -nE 's/^[0-9]+ passed, ([0-9]+) failed$/\1/p')
@@ -159,7 +161,7 @@ failed=$(sum failed)
 stage "parity suite (goldens from HF transformers through the real binary)"
 plog=$tmp/parity.log
 prc=0
-python3 scripts/parity.py | tee "$plog" || prc=$?
+python3 -m harness.parity | tee "$plog" || prc=$?
 ppassed=$(tail -n 1 "$plog" | sed -E 's/^([0-9]+) passed.*/\1/')
 pfailed=$(tail -n 1 "$plog" | sed -E 's/.* ([0-9]+) failed$/\1/')
 
@@ -222,16 +224,16 @@ matrix=$(QHX_MATRIX=${QHX_MATRIX:-ci} scripts/build-matrix.sh)
 mlog=$tmp/matrix.log
 mrc=0
 {
-    python3 scripts/parity.py --bundles "$matrix" --variants auto --cases short
-    python3 scripts/parity.py --bundles "$matrix" --variants auto --cases long300 --filter qwen2/
-    python3 scripts/parity.py --bundles "$matrix" --variants auto --cases long300 --filter smollm2/long300/past
+    python3 -m harness.parity --bundles "$matrix" --variants auto --cases short
+    python3 -m harness.parity --bundles "$matrix" --variants auto --cases long300 --filter qwen2/
+    python3 -m harness.parity --bundles "$matrix" --variants auto --cases long300 --filter smollm2/long300/past
     # Speculative decoding (prompt lookup, verified through the chunked prefill): every
     # SmolLM2 golden still exact, and some drafts verified.
-    python3 scripts/parity.py --bundles "$matrix" --variants past-pos_major-f32 --filter smollm2/ --extra-args "--spec lookup"
+    python3 -m harness.parity --bundles "$matrix" --variants past-pos_major-f32 --filter smollm2/ --extra-args "--spec lookup"
     # Layered plans in the other shapes: Gemma 3's window masks under a chunked prefill, LFM2's
     # conv state seeded by decode alone.
-    python3 scripts/parity.py --variants past-f32 --filter gemma3w/
-    python3 scripts/parity.py --variants none-f32 --filter lfm2/
+    python3 -m harness.parity --variants past-f32 --filter gemma3w/
+    python3 -m harness.parity --variants none-f32 --filter lfm2/
 } | tee "$mlog" || mrc=$?
 mpassed=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$mlog" | awk '{s+=$1} END {print s+0}')
 mfailed=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$mlog" | awk '{s+=$3} END {print s+0}')

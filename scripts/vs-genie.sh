@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Side by side on the same Genie bundles and the same x86 HTP simulator: Qualcomm's libGenie.so
-# (scripts/genie_run.py, GenieDialog_tokenQuery) and our qhx_generate (given the bundle's
+# (tests/harness/genie_run.py, GenieDialog_tokenQuery) and our qhx_generate (given the bundle's
 # genie_config.json in the manifest position). Prints one row per bundle: prompt tokens,
 # generated tokens, load ms, TTFT ms, decode tok/s for both, and qhx/Genie ratios; --json
 # prints one JSON document instead. Simulator speed is not phone speed: the graphs run on the
@@ -11,6 +11,8 @@
 #        short,midword,question,cyrillic,code), QHX_GENERATE (default target/release/qhx_generate)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The Python harness (tests/), the studies (benches/) and the exporter package, by module name.
+export PYTHONPATH="$PWD/tests:$PWD/benches:$PWD/export${PYTHONPATH:+:$PYTHONPATH}"
 json=0
 if [[ ${1:-} == --json ]]; then json=1; shift; fi
 lib=$(scripts/qnn-libs.sh 2>/dev/null | tail -n 1)
@@ -21,6 +23,6 @@ if [[ $# -eq 0 ]]; then
 fi
 args=()
 [[ $json == 1 ]] && args+=(--json)
-LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$py" scripts/vs_genie.py --lib-dir "$lib" \
+LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$py" -m harness.vs_genie --lib-dir "$lib" \
     --qhx "${QHX_GENERATE:-target/release/qhx_generate}" --n "${VS_GENIE_N:-16}" \
     --cases "${VS_GENIE_CASES:-short,midword,question,cyrillic,code}" "${args[@]}" "$@"

@@ -176,7 +176,7 @@ mod tests {
     /// Never-written slots hold real 0: for QNN fixed point (real = (q + offset) * scale)
     /// the code -offset, here 134 and 122 as in a w8a16 Genie bundle's uint8 K/V (not the
     /// raw 0 of a fresh buffer, which is real -134 * scale: with raw-0 V slots the x86 HTP
-    /// backend gave other logits than scripts/genie_ref.py, whose slots hold real 0, on the
+    /// backend gave other logits than python -m qhx_export.verify.genie_loop, whose slots hold real 0, on the
     /// same binaries, and another greedy id than libGenie.so). Other slots stay as they were.
     #[test]
     fn clears_slots_to_the_zero_point() {

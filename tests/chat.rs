@@ -1,4 +1,4 @@
-//! Chat templates against HF goldens (tests/goldens/chat, made by scripts/chat_goldens.py),
+//! Chat templates against HF goldens (tests/goldens/chat, made by tests/golden_tools/chat_goldens.py),
 //! reasoning modes, -f prompt files and the -i REPL, through the real binary on the tiny
 //! Qwen2 parity bundle (DeepSeek-R1-Distill tokenizer).
 

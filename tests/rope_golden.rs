@@ -1,5 +1,5 @@
 //! Our RoPE tables against HF transformers' rotary embedding (tests/goldens/rope.json, made by
-//! scripts/goldens.py): plain theta (SmolLM2 1e5, Qwen2 1e4) and llama3-scaled (Llama 3.2).
+//! tests/golden_tools/goldens.py): plain theta (SmolLM2 1e5, Qwen2 1e4) and llama3-scaled (Llama 3.2).
 
 use qhx::bundle::manifest::RopeScaling;
 use qhx::ops::rope::RopeTable;

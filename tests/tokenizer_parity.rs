@@ -1,5 +1,5 @@
 //! Tokenizer parity with the HF `tokenizers` reference (tests/goldens/tokenizers.json, made by
-//! scripts/goldens.py) for SmolLM2, DeepSeek-R1-Distill (built from GGUF metadata) and
+//! tests/golden_tools/goldens.py) for SmolLM2, DeepSeek-R1-Distill (built from GGUF metadata) and
 //! Llama-3, and streamed detokenization equal to the one-shot decode on every parity golden.
 
 use qhx::tokenizer::Tokenizer;

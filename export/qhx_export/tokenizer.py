@@ -344,3 +344,32 @@ def bos_eos_template(meta: Mapping[str, Any], tokens: Sequence[str], where: str)
 def tokenizer_json_bytes(meta: Mapping[str, Any], where: str, warn: Warn = _stderr_warn) -> bytes:
     """The tokenizer.json file content, formatted as the bundles always were."""
     return json.dumps(build_tokenizer(meta, where, warn), ensure_ascii=False, indent=1).encode("utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m qhx_export.tokenizer GGUF OUT.json`: tokenizer.json from a GGUF's tokenizer
+    metadata alone (a truncated or split GGUF will do), written whole or not at all."""
+    import os
+    import sys
+
+    from qhx_export import ExportError
+    from qhx_export.read.gguf_meta import MetaError, read_metadata
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m qhx_export.tokenizer GGUF OUT.json", file=sys.stderr)
+        return 2
+    src, out = args
+    try:
+        data = tokenizer_json_bytes(read_metadata(src), src)
+        with open(out + ".tmp", "wb") as f:
+            f.write(data)
+        os.replace(out + ".tmp", out)
+    except (MetaError, ExportError, OSError) as e:
+        print(f"qhx_export.tokenizer: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

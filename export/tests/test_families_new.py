@@ -222,6 +222,7 @@ def tiny_gemma3(**over: object) -> Config:
         attn_scale=f32_value(32**-0.5),
         act="gelu_tanh",
         post_norms=True,
+        norm_offset=1.0,
     )
     base.update(over)
     return Config(**base)  # type: ignore[arg-type]
@@ -410,5 +411,10 @@ def test_config_flags_say_what_the_weights_hold(family: str) -> None:
     c = ck.config
     assert c.post_norms == ("blk.0.post_attention_norm.weight" in ck.family.tensor_shapes(c))
     assert c.post_norms == (family == "gemma3")
+    # Gemma's RMSNorms apply 1 + w; every other family's apply w.
+    assert c.norm_offset == (1.0 if family == "gemma3" else 0.0)
+    assert c.norm_offset_of("blk.0.attn_norm.weight") == c.norm_offset
+    assert c.norm_offset_of("blk.0.attn_q.weight") == 0.0
+    assert registered()["llama"].norm_offset == 0.0 and registered()["gemma3"].norm_offset == 1.0
     assert (ck.family.host_arch or ck.family.name) == {"qwen3": "qwen2"}.get(family, family)
     assert ck.family.genie_format == (family == "qwen3")

@@ -208,7 +208,7 @@ def test_genie_format(
     assert bins == ["tiny_prompt_ar4_cl32_1_of_1_qnn.bin", "tiny_token_ar1_cl32_1_of_1_qnn.bin"]
     rep = json.loads((out / "export-report.json").read_text())
     rows = rep["verify"]["genie_config.json"]["rows"]
-    runner = Path(__file__).resolve().parents[2] / "scripts" / "genie_run.py"
+    runner = Path(__file__).resolve().parents[2] / "tests" / "harness" / "genie_run.py"
     if not runner.exists():
         return
     import sys

@@ -1,4 +1,4 @@
-"""--target htp for Gemma 3 and LFM2 on tiny models (scripts/tiny_models.py's gemma3w and lfm2,
+"""--target htp for Gemma 3 and LFM2 on tiny models (tests/fixtures/tiny_models.py's gemma3w and lfm2,
 with their real tokenizers): compiled by onnxruntime-qnn, run by qhx_generate on the x86 HTP
 simulator (--verify) with ids equal to the ORT loop over the same binaries. Gemma 3 runs past its
 sliding window (8) with a window prefill (and, outside CI, a chunked one); LFM2 runs the qhx layout

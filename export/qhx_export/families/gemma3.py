@@ -63,6 +63,7 @@ def swa_types(n_layers: int, pattern: int = SWA_PATTERN) -> tuple[str, ...]:
 class Gemma3(Family):
     name = "gemma3"
     post_norms = True
+    norm_offset = 1.0
     genie_format = False
     gguf_arches: ClassVar[tuple[str, ...]] = ("gemma3",)
     hf_model_types: ClassVar[tuple[str, ...]] = ("gemma3_text",)
@@ -182,10 +183,6 @@ class Gemma3(Family):
     @classmethod
     def to_gguf_values(cls, name: str, arr: np.ndarray, c: Config) -> np.ndarray:
         return (arr + np.float32(1.0)).astype(np.float32) if _plus_one(name) else arr
-
-    @classmethod
-    def emu_adds_one(cls, name: str) -> bool:
-        return _plus_one(name)
 
     @classmethod
     def embed_scale(cls, c: Config) -> float:

@@ -55,7 +55,6 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from qhx_export.families.base import registered
 from qhx_export.families.config import Config
 from qhx_export.graphs.builder import OPSET, Builder, value_info
 
@@ -149,9 +148,10 @@ def _finish(b: Builder, spec: dict[str, Any], props: dict[str, str]) -> onnx.Mod
 
 
 def norm_weight(c: Config, w: WeightFn, name: str) -> np.ndarray:
-    """A norm's multiplier: Gemma's norms apply 1 + w (the checkpoint holds w)."""
+    """A norm's multiplier: the stored weight plus the family's offset (Gemma: 1 + w)."""
     arr = np.asarray(w(name), np.float32)
-    return (arr + np.float32(1.0)).astype(np.float32) if registered()[c.family].emu_adds_one(name) else arr
+    off = c.norm_offset_of(name)
+    return (arr + np.float32(off)).astype(np.float32) if off else arr
 
 
 def stream_eps(c: Config, o: GraphOptions) -> float:

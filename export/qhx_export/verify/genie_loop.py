@@ -1,7 +1,8 @@
 """A Genie-layout token loop over onnxruntime (SMART_MASK KV cache, written from Genie's public
 description, not from qhx's or Genie's code). The exporter runs it over the float Genie graphs on
-ORT's CPU EP to calibrate quantized Genie bundles; scripts/genie_ref.py runs it over a bundle's
-EPContext wrappers (the binaries Genie runs, through ORT's QNN EP) as an independent host.
+ORT's CPU EP to calibrate quantized Genie bundles; `python -m qhx_export.verify.genie_loop` runs it
+over a bundle's EPContext wrappers (the binaries Genie runs, through ORT's QNN EP) as an
+independent host.
 
 Host side, per step of a variant with AR rows over context CL (past P = CL - AR):
   * input_ids rows 0..n-1 hold the chunk's tokens, the rest pad (0), left-aligned;
@@ -18,6 +19,10 @@ the AR-1 variant; greedy picks the first maximum of the last real row's logits.
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -137,3 +142,49 @@ class GenieLoop:
                 return out
             fed = teacher[len(out) - 1] if teacher is not None and len(out) - 1 < len(teacher) else tok
             self.step([fed])
+
+
+def qnn_session(path: str, qnn_opts: dict) -> Any:
+    """An ORT session on the QNN EP over one EPContext wrapper (no CPU fallback)."""
+    import onnxruntime as ort
+
+    from qhx_export.compile.htp import qnn_devices
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    so.add_provider_for_devices(qnn_devices(), qnn_opts)
+    return ort.InferenceSession(path, so)
+
+
+def load_bundle(d: str) -> GenieLoop:
+    """The QNN EP loop over a Genie bundle's context binaries (its genie-source.json lists the
+    EPContext wrappers the exporter keeps beside them, their order, QNN options and
+    fixed-point I/O): the binaries Genie runs, through ORT's QNN EP."""
+    with open(os.path.join(d, "genie-source.json"), encoding="utf-8") as f:
+        src = json.load(f)
+    variants: dict = {}
+    for g in sorted(src["graphs"], key=lambda g: g["name"]):
+        sess = qnn_session(os.path.join(d, g["wrapper"]), src["qnn_options"][g["precision"]])
+        quant = {k: tuple(v) for k, v in g.get("quant", {}).items()}
+        variants.setdefault(g["ar"], []).append(Split(sess, quant))
+    return GenieLoop(src["params"], src["rope"], variants)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m qhx_export.verify.genie_loop BUNDLE_DIR N_TOKENS --ids 1,2,3`: prints
+    {"input_ids", "output_ids"} of a greedy run over the bundle's context binaries (run with
+    the QNN venv's python: scripts/qnn-libs.sh --python)."""
+    ap = argparse.ArgumentParser(prog="python -m qhx_export.verify.genie_loop", description=main.__doc__)
+    ap.add_argument("bundle")
+    ap.add_argument("n_tokens", type=int)
+    ap.add_argument("--ids", required=True)
+    a = ap.parse_args(argv)
+    loop = load_bundle(a.bundle)
+    ids = [int(t) for t in a.ids.split(",")]
+    print(json.dumps({"input_ids": ids, "output_ids": loop.generate(ids, a.n_tokens)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -13,7 +13,7 @@ real rows, zeros before the prompt) and carried from `present_conv_<i>` after ea
 
 It also follows qhx's speculative schedule (`generate_spec`: prompt-lookup drafts verified in one
 rows execute over the cache, rewound by position and mask), and runs as a command for the real
-backend's parity checks (scripts/real_parity.py):
+backend's parity checks (tests/harness/real_parity.py):
 
     python -m qhx_export.verify.loop MANIFEST N_TOKENS --ids 1,2,3 [--teacher 4,5,6]
     python -m qhx_export.verify.loop MANIFEST 0 --jobs JOBS.json [--fp32-twin]

@@ -4,7 +4,7 @@ own float reference (the family's numpy forward over the same weights).
 Per prompt: the float reference's greedy continuation is the gold; qhx_generate runs teacher-forced
 on it (`--teacher-force`, prompt ids through `--tokens-in`) and the agreement is the share of steps
 whose top-1 equals the gold token, or is a tie: the reference's runner-up where the reference's top-2
-logits differ by less than one f16 step at their magnitude (scripts/parity.py's rule; the HTP's
+logits differ by less than one f16 step at their magnitude (tests/harness/parity.py's rule; the HTP's
 logits cannot order them). Ties are reported apart. The same teacher-forced run through ORT's QNN
 EP over the same binaries (qhx_export.verify.loop) must give identical ids: a difference is a host
 bug on one side.

@@ -1,8 +1,8 @@
 """The f16 tie rule, shared by `--verify` (qhx_export.verify.run) and the parity scripts
-(scripts/parity.py), and the one agreement count over it. A pick that differs from the
+(tests/harness/parity.py), and the one agreement count over it. A pick that differs from the
 reference's top-1 agrees when it is the reference's runner-up and the reference's top-2 logits
 differ by less than one step of the logits' dtype at the top logit (logits of that dtype cannot
-order the two). Standard library only: scripts/parity.py runs under a bare python3."""
+order the two). Standard library only: tests/harness/parity.py runs under a bare python3."""
 
 from __future__ import annotations
 

@@ -354,8 +354,9 @@ def encoded(ck: Checkpoint, name: str, mode: str) -> Weight:
     from qhx_export.read.gguf import GgufCheckpoint
 
     shape = ck.shapes[name]
-    if ck.family.emu_adds_one(name):  # the emulator's norms multiply by the stored weight
-        return name, "f32", shape, np.ascontiguousarray(ck.float32(name) + np.float32(1.0), dtype="<f4")
+    off = ck.config.norm_offset_of(name)
+    if off:  # the emulator's norms multiply by the stored weight: the offset goes in
+        return name, "f32", shape, np.ascontiguousarray(ck.float32(name) + np.float32(off), dtype="<f4")
     if isinstance(ck, GgufCheckpoint):
         qt = ck.tensors[name].qtype
         if mode == "q" and qt in RAW_ENCODINGS:
@@ -453,7 +454,7 @@ def host_op(arch: str) -> str:
 
 
 def generated_weights(path: str) -> dict[str, str]:
-    """{"weights_sha256": ...} of a generated HF checkpoint (scripts/tiny_models.py writes it in
+    """{"weights_sha256": ...} of a generated HF checkpoint (tests/fixtures/tiny_models.py writes it in
     qhx_source.json), else {}. The parity goldens record the checksum, so a parity run refuses a
     bundle made from other weights."""
     stamp = os.path.join(path, "qhx_source.json")

@@ -1,9 +1,9 @@
 """Chat-template goldens: HF transformers `apply_chat_template(..., add_generation_prompt=True)`
 ids for the DeepSeek-R1-Distill tokenizer with the chat template from its GGUF metadata.
 
-Developer script (not run by CI); deterministic. Run with the reference venv:
+Developer script (not run by CI); deterministic. Runs with the reference venv:
 
-    /root/.cache/qhx/venv-ref/bin/python scripts/chat_goldens.py \
+    scripts/goldens.sh chat \
         [--gguf ~/.cache/qhx/assets/dsr1/model_part_0000.gguf] \
         [--tokenizer target/bundles/parity/tok/deepseek-r1-distill.json]
 
@@ -16,10 +16,8 @@ tojson, raise_exception), rendered by HF for each conversation (text only).
 import argparse
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gguf_meta import read_metadata  # noqa: E402
+from qhx_export.read.gguf_meta import read_metadata
 
 CONVERSATIONS = {
     "single_user": [{"role": "user", "content": "What is the capital of France?"}],
@@ -128,11 +126,11 @@ def main():
     eos = tokens[meta["tokenizer.ggml.eos_token_id"]]
     tok = transformers.PreTrainedTokenizerFast(tokenizer_file=a.tokenizer, bos_token=bos, eos_token=eos)
     tok.chat_template = template
-    made = ("scripts/chat_goldens.py: transformers %s PreTrainedTokenizerFast(tokenizer_file, bos_token, eos_token), "
+    made = ("tests/golden_tools/chat_goldens.py: transformers %s PreTrainedTokenizerFast(tokenizer_file, bos_token, eos_token), "
             "tokenizer.chat_template = %s, apply_chat_template(messages, add_generation_prompt=True)")
     write(os.path.join(a.out_dir, "deepseek-r1-distill.json"), {
         "made_by": made % (transformers.__version__, "the GGUF's tokenizer.chat_template"),
-        "tokenizer": "DeepSeek-R1-Distill tokenizer.json built from %s metadata (scripts/gguf_tokenizer.py)" % os.path.basename(a.gguf),
+        "tokenizer": "DeepSeek-R1-Distill tokenizer.json built from %s metadata (python -m qhx_export.tokenizer)" % os.path.basename(a.gguf),
         "template": template, "bos_token": bos, "eos_token": eos,
         "conversations": hf_convs(tok, CONVERSATIONS),
     })
@@ -155,7 +153,7 @@ def main():
     except Exception as e:  # jinja2 TemplateError
         err = str(e)
     write(os.path.join(a.out_dir, "features.json"), {
-        "made_by": made % (transformers.__version__, "FEATURES_TEMPLATE in scripts/chat_goldens.py") + " (text only)",
+        "made_by": made % (transformers.__version__, "FEATURES_TEMPLATE in tests/golden_tools/chat_goldens.py") + " (text only)",
         "template": FEATURES_TEMPLATE, "bos_token": bos, "eos_token": eos,
         "conversations": feats,
         "error_case": {"messages": [{"role": "tool", "content": "x"}], "hf_error": err},

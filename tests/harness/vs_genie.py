@@ -3,7 +3,7 @@
 
 Per bundle and parity prompt (tests/goldens/parity/<family>_<case>.json): Genie gets the prompt's
 HF token ids without the leading BOS (it prepends the config's bos-token itself) through
-GenieDialog_tokenQuery (scripts/genie_run.py, a subprocess); qhx_generate gets the prompt text
+GenieDialog_tokenQuery (tests/harness/genie_run.py, a subprocess); qhx_generate gets the prompt text
 with the bundle's genie_config.json in the manifest position and --json. A qhx run that fails is
 reported with its one error line ("not yet supported" while qhx cannot run Genie bundles), never
 replaced by a number.
@@ -23,7 +23,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 NOTE = ("x86_64 HTP simulator (onnxruntime-qnn 2.7.0, QAIRT 2.51): graphs run on the CPU at "
         "~0.2-1 GMAC/s; simulator speed is not phone speed")
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Speculative decoding on the task set (scripts/spec-tasks.json), SmolLM2 real weights on the
+"""Speculative decoding on the task set (benches/studies/spec-tasks.json), SmolLM2 real weights on the
 emulator: per task, tokens per verify, decode executes per token, and the decode speedup
 estimated from Qualcomm's cost model (the exporter's --estimate of the verify-size graph and of
 decode + lm-head, soc_model 72), never from emulator time. Also checks that every task's greedy

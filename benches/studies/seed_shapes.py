@@ -3,7 +3,7 @@
 
     seed_shapes.py OUT_DIR [--only TAG ...] [--layers N]
 
-For each shape: writes the random checkpoint (scripts/seed_checkpoint.py, cached), runs
+For each shape: writes the random checkpoint (tests/fixtures/seed_checkpoint.py, cached), runs
 qhx-export in a child process (wall time and peak RSS of that process tree), then loads the
 bundle with qhx_generate on the x86 HTP simulator for a prompt and 2 decode steps, and compares
 the ids with the ORT reference loop over the same binaries (qhx_export.verify.loop). Prints a
@@ -22,8 +22,7 @@ import sys
 import time
 from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "export"))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # tag -> (preset, qhx-export options). The seed cards: Llama-3.2-1B W8A16 v79, AR=128, C=512
 # (982 / 981 MB prefill / decode, 526 MB lm-head, 525 MB embedding); DeepSeek-R1-Distill-Qwen-1.5B
@@ -133,7 +132,7 @@ def main() -> int:
         preset, opts = SHAPES[tag]
         suffix = f"-{a.layers}l" if a.layers else ""
         ck = os.path.join(cache, "seed", preset + suffix)
-        cmd = [py, os.path.join(ROOT, "scripts/seed_checkpoint.py"), preset, ck]
+        cmd = [py, "-m", "fixtures.seed_checkpoint", preset, ck]
         if a.layers:
             cmd += ["--layers", str(a.layers)]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)

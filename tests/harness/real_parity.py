@@ -8,7 +8,7 @@ unchanged qhx_generate with the real libQnnHtp.so / libQnnSystem.so, against
       free greedy run (--json output_ids) and for a teacher-forced run over the gold ids;
   (b) the HF goldens (tests/goldens/parity): the first divergence and the teacher-forced top-1
       agreement per case, which must reach the bundle's floor (fp16 98 %, W8A16 90 %). A
-      divergence counts as a tie (agreeing) only under scripts/parity.py's rule: our pick is
+      divergence counts as a tie (agreeing) only under tests/harness/parity.py's rule: our pick is
       HF's runner-up and HF's top-2 gap is below the resolution of the logits' dtype there.
 
 Also checked for every case: exit status 0, stdout of a --json run is exactly one JSON
@@ -28,10 +28,9 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import parity  # noqa: E402  (tie rule and golden checks shared with the emulator suite)
+from harness import parity  # tie rule and golden checks shared with the emulator suite
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FLOOR = {"fp16": 0.98, "w8a16": 0.90}
 # Golden cases per bundle (short prompts keep the simulator's time in budget; the chunked
 # prefill also takes the 109-token prompt: seven chunks). Not in CI, measured and reported: on

@@ -2,14 +2,14 @@
 """Record what Qualcomm's libGenie.so generates on our Genie bundles, as goldens a test can hold
 qhx_generate to:
 
-    LD_LIBRARY_PATH=$(scripts/qnn-libs.sh) genie_goldens.py BUNDLE_DIR... --out tests/goldens/genie
+    scripts/goldens.sh genie BUNDLE_DIR... --out tests/goldens/genie
         [--n 16] [--cases short,midword,...]
 
 For each bundle (from scripts/build-genie.sh) and each parity prompt of its family
 (tests/goldens/parity/<family>_<case>.json, whose input_ids the HF tokenizer made), it runs
-  * libGenie.so (scripts/genie_run.py, GenieDialog_tokenQuery, greedy, in a subprocess), fed the
+  * libGenie.so (tests/harness/genie_run.py, GenieDialog_tokenQuery, greedy, in a subprocess), fed the
     prompt ids without the leading BOS because Genie prepends the config's bos-token itself;
-  * scripts/genie_ref.py's Python loop over the same context binaries (ORT's QNN EP), fed the
+  * qhx_export.verify.genie_loop's Python loop over the same context binaries (ORT's QNN EP), fed the
     ids with BOS: an independent host implementation, so agreement shows both hosts feed the
     graphs the same way;
 and writes <out>/<bundle>.json with both id lists, whether they agree, how far each matches the
@@ -24,7 +24,6 @@ import os
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = "short,midword,question,cyrillic,code,cjk_emoji"
 
@@ -42,19 +41,19 @@ def main() -> int:
     ap.add_argument("--lib-dir", default=os.environ.get("QHX_QNN_LIBS"))
     ap.add_argument("--no-ref", action="store_true", help="skip the Python reference loop")
     a = ap.parse_args()
-    import genie_ref
+    from qhx_export.verify import genie_loop
     os.makedirs(a.out, exist_ok=True)
-    root = os.path.dirname(HERE)
+    root = os.path.dirname(os.path.dirname(HERE))
     for b in a.bundles:
         src = json.load(open(os.path.join(b, "genie-source.json"), encoding="utf-8"))
         fam = src.get("model_name", src["family"])  # the parity goldens are named by model
         goldens = [os.path.join(root, "tests/goldens/parity", f"{fam}_{c}.json") for c in a.cases.split(",")]
-        cmd = [sys.executable, os.path.join(HERE, "genie_run.py"), os.path.join(b, "genie_config.json"), str(a.n),
+        cmd = [sys.executable, os.path.join(root, "tests", "harness", "genie_run.py"), os.path.join(b, "genie_config.json"), str(a.n),
                "--lib-dir", a.lib_dir] + [x for g in goldens for x in ("--golden", g)]
         print(f"genie_goldens: {os.path.basename(b)}: libGenie.so", file=sys.stderr, flush=True)
         res = subprocess.run(cmd, stdout=subprocess.PIPE, check=True)
         genie = json.loads(res.stdout)
-        ref_loop = None if a.no_ref else genie_ref.load_bundle(b)
+        ref_loop = None if a.no_ref else genie_loop.load_bundle(b)
         runs = []
         for g, r in zip(goldens, genie["runs"]):
             gd = json.load(open(g, encoding="utf-8"))
@@ -65,14 +64,14 @@ def main() -> int:
                    "genie_vs_hf_gold_prefix": prefix(r["output_ids"], gold)}
             if ref_loop is not None:
                 print(f"genie_goldens: {os.path.basename(b)} {gd['case']}: Python reference", file=sys.stderr, flush=True)
-                loop = genie_ref.GenieLoop(src["params"], src["rope"], ref_loop.variants)
+                loop = genie_loop.GenieLoop(src["params"], src["rope"], ref_loop.variants)
                 ent["ref_ids"] = loop.generate(gd["input_ids"], len(r["output_ids"]) or a.n)
                 ent["genie_equals_ref"] = ent["ref_ids"] == r["output_ids"]
             runs.append(ent)
         doc = {
-            "how_made": {"script": "scripts/genie_goldens.py", "genie": "libGenie.so from onnxruntime-qnn 2.7.0 "
+            "how_made": {"script": "tests/golden_tools/genie_goldens.py", "genie": "libGenie.so from onnxruntime-qnn 2.7.0 "
                          "(QAIRT 2.51, x86_64 HTP simulator), GenieDialog_tokenQuery, greedy (top-k 1)",
-                         "ref": "scripts/genie_ref.py over the same binaries (ORT QNN EP)",
+                         "ref": "python -m qhx_export.verify.genie_loop over the same binaries (ORT QNN EP)",
                          "hf_gold": "tests/goldens/parity/<family>_<case>.json gold_ids (HF transformers fp32)"},
             "bundle": os.path.basename(os.path.normpath(b)), "family": fam, "precision": src["precision"],
             "ar": src["ar"], "ctx": src["ctx"], "splits": src["splits"],

@@ -19,7 +19,7 @@ that magnitude (one f16 step for f16 / fixed-point bundles, whose lm-head emits 
 graph cannot order the two. Runner-ups are recorded for the first 8 steps (top5_first8), and
 for every step in the goldens of the families with a 98 % floor (top2_all); a divergence
 where no runner-up is recorded is never excused. The steps after a tie are still checked: the run is
-teacher-forced. scripts/real_parity.py applies the same rule on the real backend.
+teacher-forced. tests/harness/real_parity.py applies the same rule on the real backend.
 Prints one line per case and a closing 'N passed, M failed'. Exit 1 if anything failed.
 """
 import argparse
@@ -30,10 +30,10 @@ import shlex
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "export"))
-from qhx_export.verify.ties import agreement as count_agreement  # noqa: E402  (standard library only)
-from qhx_export.verify.ties import is_tie  # noqa: E402
+from qhx_export.verify.ties import agreement as count_agreement  # (standard library only)
+from qhx_export.verify.ties import is_tie
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 F16_PREFIX = 8
 F16_AGREEMENT = 0.90
 

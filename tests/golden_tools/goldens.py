@@ -1,20 +1,20 @@
 #!/usr/bin/env python3
 """Regenerate tests/goldens/ from HF transformers (developer-only; CI never runs this).
 
-    scripts/goldens.py                        # everything (needs torch + transformers + gguf, see below)
-    scripts/goldens.py --only PART[,PART...]  # PART: tokenizers | rope | parity (all families) |
-                                              #   parity:FAM[,FAM...]  e.g. --only parity:qwen3,lfm2,gemma3w
+    scripts/goldens.sh hf                        # everything (needs torch + transformers + gguf, see below)
+    scripts/goldens.sh hf --only PART[,PART...]  # PART: tokenizers | rope | parity (all families) |
+                                                 #   parity:FAM[,FAM...]  e.g. --only parity:qwen3,lfm2,gemma3w
 
 Setup once: python3 -m venv ~/.cache/qhx/venv-ref &&
     ~/.cache/qhx/venv-ref/bin/pip install torch transformers==5.24.0 gguf numpy tokenizers accelerate==1.15.0
 (transformers refuses to load a GGUF model without accelerate.)
-Then run with that interpreter. Assets come from scripts/fetch-assets.sh. Tokenizers: Llama-3's
+scripts/goldens.sh runs this module (golden_tools.goldens) with that interpreter. Assets come from scripts/fetch-assets.sh. Tokenizers: Llama-3's
 tokenizer.json as fetched; the GGUF ones (SmolLM2, DeepSeek-R1-Distill, Gemma 3) converted by
-scripts/gguf_tokenizer.py (the exporter's converter) into target/goldens-tok/ -- the same bytes
+`python -m qhx_export.tokenizer` (the exporter's converter) into target/goldens-tok/ -- the same bytes
 scripts/build-parity.sh puts in the parity bundles.
 
 Families: smollm2 (SmolLM2-135M GGUF), gemma3 (Gemma-3-270M Q4_K_M GGUF, dequantized by
-transformers; transformers' own GGUF tokenizer), and the tiny ones of scripts/tiny_models.py:
+transformers; transformers' own GGUF tokenizer), and the tiny ones of tests/fixtures/tiny_models.py:
 qwen2, llama3, qwen3, lfm2, gemma3w.
 
 Writes, deterministically (sorted keys, rounded floats; run twice and `git diff` is empty):
@@ -36,9 +36,8 @@ import sys
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-import tiny_models as tm  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(HERE))
+from fixtures import tiny_models as tm
 
 GOLD = os.path.join(ROOT, "tests", "goldens")
 NEW_TOKENS = 32
@@ -93,7 +92,7 @@ def versions():
 
 # Families whose goldens also record every step's top-2 (id, logit): their f16 floor is 98 %,
 # one step in 32, so a later step whose HF top-2 gap is below f16 resolution must be
-# recognisable as such (scripts/parity.py's tie rule). The older goldens keep their format.
+# recognisable as such (tests/harness/parity.py's tie rule). The older goldens keep their format.
 TOP2_ALL = {"qwen3", "lfm2", "gemma3w", "gemma3"}
 
 
@@ -142,7 +141,7 @@ def hf_tiny(family):
     if c["tied"]:
         model.tie_weights()
     model.eval()
-    return model, {"weights": "scripts/tiny_models.py", "weights_sha256": tm.checksum(w)}
+    return model, {"weights": "tests/fixtures/tiny_models.py", "weights_sha256": tm.checksum(w)}
 
 
 def hf_smollm2(gguf_path):
@@ -193,7 +192,7 @@ def family_goldens(family, model, tok_path, made, vinfo, hf_tok=None):
         doc = {
             "family": family, "case": case, "prompt": prompt, "input_ids": ids,
             "gold_ids": gold, "gold_text": decode(gold),
-            "top5_first8": top, "how_made": {"script": "scripts/goldens.py", "reference": "HF transformers fp32 greedy, KV cache, EOS ignored", **made, "versions": vinfo},
+            "top5_first8": top, "how_made": {"script": "tests/golden_tools/goldens.py", "reference": "HF transformers fp32 greedy, KV cache, EOS ignored", **made, "versions": vinfo},
         }
         if top2 is not None:
             doc["top2_all"] = top2
@@ -210,7 +209,7 @@ def rope_golden(vinfo):
         "llama3_scaled": dict(theta=500000.0, head_dim=64, scaling=tm.FAMILIES["llama3"]["rope_scaling"]),
     }
     positions = sorted({0, 1, 2, 3, 5, 8, 13, 64, 100, 127, 128, 511, 512, 1000, 1023, 2047, 4095, 4096, 6000, 8190, 8191})
-    out = {"how_made": {"script": "scripts/goldens.py", "reference": "transformers LlamaRotaryEmbedding (f32)", "versions": vinfo},
+    out = {"how_made": {"script": "tests/golden_tools/goldens.py", "reference": "transformers LlamaRotaryEmbedding (f32)", "versions": vinfo},
            "positions": positions, "tables": {}}
     for name, c in configs.items():
         rp = {"rope_theta": c["theta"], "rope_type": "default"}
@@ -263,7 +262,7 @@ def tokenizer_golden(paths, vinfo, gemma=None):
     """gemma: (transformers tokenizer, gguf path, exporter tokenizer.json path) or None."""
     from tokenizers import Tokenizer
     strings = corpus()
-    out = {"how_made": {"script": "scripts/goldens.py", "reference": "tokenizers (Python) encode(add_special_tokens=True) / decode(skip_special_tokens=False)", "versions": vinfo},
+    out = {"how_made": {"script": "tests/golden_tools/goldens.py", "reference": "tokenizers (Python) encode(add_special_tokens=True) / decode(skip_special_tokens=False)", "versions": vinfo},
            "strings": strings, "tokenizers": {}}
     for name, path in paths.items():
         t = Tokenizer.from_file(path)
@@ -314,7 +313,7 @@ def parse_only(spec):
 
 
 def fetch_assets(*names):
-    out = subprocess.run([os.path.join(HERE, "fetch-assets.sh"), *names], check=True, capture_output=True,
+    out = subprocess.run([os.path.join(ROOT, "scripts", "fetch-assets.sh"), *names], check=True, capture_output=True,
                          text=True).stdout
     return out.strip().splitlines()[-1]
 
@@ -323,7 +322,7 @@ def converted_tokenizer(gguf_path, name):
     """tokenizer.json from a GGUF's metadata by the exporter's converter: target/goldens-tok/NAME.json."""
     out = os.path.join(ROOT, "target", "goldens-tok", f"{name}.json")
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    subprocess.run([sys.executable, os.path.join(HERE, "gguf_tokenizer.py"), gguf_path, out], check=True)
+    subprocess.run([sys.executable, "-m", "qhx_export.tokenizer", gguf_path, out], check=True)
     return out
 
 

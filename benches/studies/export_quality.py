@@ -29,8 +29,7 @@ import sys
 import time
 from typing import Any
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "export"))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 BARS = {
     "fp16": (0.98, 0.95),
@@ -175,12 +174,11 @@ def measure(
 def tie_excused(
     golds: list[dict[str, Any]], rows: list[dict[str, Any]]
 ) -> dict[str, Any] | None:
-    """Agreement under scripts/parity.py's f16 tie rule (goldens that record HF's top-2 per step):
+    """Agreement under tests/harness/parity.py's f16 tie rule (goldens that record HF's top-2 per step):
     a miss counts when the pick is HF's runner-up within one f16 step. Reported, not a bar."""
     if not all("top2_all" in g for g in golds):
         return None
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    from parity import agreement
+    from harness.parity import agreement
 
     res = [agreement(g, r["cpu_ids"], "f16") for g, r in zip(golds, rows, strict=True)]
     rates = [x["rate"] for x in res]
