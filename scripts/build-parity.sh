@@ -54,7 +54,7 @@ for fam in qwen2 llama3 qwen3 lfm2 gemma3w; do
     if ! stamp_ok "$hf/qhx_source.json" || [[ "$tok" -nt "$hf/qhx_source.json" ]]; then
         echo "build-parity: $hf" >&2
         rm -rf "$hf"
-        PYTHONPATH="$PWD/scripts" "$py" -c 'import sys, tiny_models; tiny_models.write_hf_dir(*sys.argv[1:])' \
+        PYTHONPATH="$PWD/tests" "$py" -c 'import sys; from fixtures import tiny_models; tiny_models.write_hf_dir(*sys.argv[1:])' \
             "$fam" "$hf" "$tok" >&2
     fi
     # Beside the window-prefill pair, the plan shapes layered models take differently: tiny

@@ -49,7 +49,7 @@ if [[ ! -f $echo_hf/qhx_source.json || tests/fixtures/tiny_models.py -nt $echo_h
     $l3tok -nt $echo_hf/qhx_source.json ]]; then
     echo "build-real: $echo_hf" >&2
     rm -rf "$echo_hf"
-    PYTHONPATH="$PWD/scripts" "$py" -c 'import sys, tiny_models; tiny_models.write_hf_dir(*sys.argv[1:])' \
+    PYTHONPATH="$PWD/tests" "$py" -c 'import sys; from fixtures import tiny_models; tiny_models.write_hf_dir(*sys.argv[1:])' \
         llama3echo "$echo_hf" "$l3tok" >&2
 fi
 
