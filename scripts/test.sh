@@ -165,6 +165,12 @@ python3 -m harness.parity | tee "$plog" || prc=$?
 ppassed=$(tail -n 1 "$plog" | sed -E 's/^([0-9]+) passed.*/\1/')
 pfailed=$(tail -n 1 "$plog" | sed -E 's/.* ([0-9]+) failed$/\1/')
 
+# pytest's count of passed / failed tests in a log (empty when it printed none; grep finding
+# nothing must not end the run under set -e / pipefail).
+pytest_count() {
+    { grep -oE "[0-9]+ $1" "$2" || true; } | tail -n 1 | cut -d' ' -f1
+}
+
 stage "exporter package (export/: ruff + pytest)"
 xlog=$tmp/export.log
 xrc=0
@@ -175,8 +181,8 @@ xpy=$(scripts/qnn-libs.sh --python | tail -n 1)
         "$xpy" -m pytest -p no:cacheprovider export/tests
 } 2>&1 | tee "$xlog" || xrc=$?
 # (grep finds nothing when nothing failed: `|| true` keeps set -e / pipefail from ending the run)
-xpassed=$(grep -E '^[0-9]+ passed' "$xlog" | tail -n 1 | sed -E 's/^([0-9]+) passed.*/\1/' || true)
-xfailed=$(grep -oE '[0-9]+ failed' "$xlog" | tail -n 1 | cut -d' ' -f1 || true)
+xpassed=$(pytest_count passed "$xlog")
+xfailed=$(pytest_count failed "$xlog")
 if [[ -z "$xpassed" || "$xpassed" -eq 0 ]]; then
     echo "test.sh: the exporter's pytest suite ran no test" >&2
     xrc=1
@@ -209,8 +215,8 @@ spy=$(scripts/openai-venv.sh | tail -n 1)
         QHX_BUNDLE="$PWD/$bundle" QHX_TARGET="$PWD/target/release" \
             "$spy" -m pytest -p no:cacheprovider -q tests/server
 } 2>&1 | tee "$slog" || src=$?
-spassed=$(grep -E '^[0-9]+ passed' "$slog" | tail -n 1 | sed -E 's/^([0-9]+) passed.*/\1/' || true)
-sfailed=$(grep -oE '[0-9]+ failed' "$slog" | tail -n 1 | cut -d' ' -f1 || true)
+spassed=$(pytest_count passed "$slog")
+sfailed=$(pytest_count failed "$slog")
 if [[ -z "$spassed" || "$spassed" -eq 0 ]]; then
     echo "test.sh: the server suite ran no test" >&2
     src=1

@@ -185,16 +185,8 @@ impl Session {
         tokenize_ms: f64,
         sink: Option<&mut dyn TextSink>,
     ) -> Result<TextTurn> {
-        let room = room(ids.len(), self.loaded.max_ctx())?;
-        let cfg = GenConfig {
-            n_tokens: requested.min(room),
-            ..cfg.clone()
-        };
-        let eos = self.loaded.eos();
-        let driver = TextDriver::new(self.loaded.tokenizer(), &eos, self.text_options(text)?);
-        self.engine.reset();
-        self.engine.restart_sampler();
-        driver.generate(&mut self.engine, ids, &cfg, requested, tokenize_ms, sink)
+        self.generate_reusing(false, ids, cfg, requested, text, tokenize_ms, sink)
+            .map(|(turn, _)| turn)
     }
 
     /// [`Session::generate`], keeping (when `reuse`) the longest prefix of `ids` that the

@@ -162,12 +162,8 @@ impl ModelHandle {
     fn vocab(&self) -> Result<Arc<Vocab>> {
         self.vocab
             .get_or_init(|| {
-                let eos = *self
-                    .spec
-                    .declared_eos()
-                    .first()
-                    .ok_or("structured output needs the bundle's end token")?;
-                Vocab::load(self.spec.tokenizer_path(), self.spec.vocab(), eos)
+                self.spec
+                    .grammar_vocab()
                     .map(Arc::new)
                     .map_err(|e| e.to_string())
             })

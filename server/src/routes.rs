@@ -81,12 +81,8 @@ impl App {
     fn vocab(&self) -> Result<Arc<qhx::grammar::Vocab>, ApiError> {
         self.vocab
             .get_or_init(|| {
-                let eos = *self
-                    .spec
-                    .declared_eos()
-                    .first()
-                    .ok_or("structured output needs the bundle's end token")?;
-                qhx::grammar::Vocab::load(self.spec.tokenizer_path(), self.spec.vocab(), eos)
+                self.spec
+                    .grammar_vocab()
                     .map(Arc::new)
                     .map_err(|e| e.to_string())
             })

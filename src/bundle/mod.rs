@@ -108,6 +108,16 @@ impl Spec {
         self.declared.stops.clone()
     }
 
+    /// The token vocabulary structured output constrains: the tokenizer's pieces over the
+    /// model's vocab, with the bundle's end token as the grammar's end.
+    pub fn grammar_vocab(&self) -> Result<crate::grammar::Vocab> {
+        let eos = *self.declared_eos().first().ok_or_else(|| Error::Manifest {
+            path: self.path.clone(),
+            msg: "structured output needs the bundle's end token (params.eos_token_id)".into(),
+        })?;
+        crate::grammar::Vocab::load(self.tokenizer_path(), self.vocab(), eos)
+    }
+
     /// The chat template: the description's own, else the tokenizer's.
     pub fn chat_template(&self, tok: Option<&Tokenizer>) -> Result<ChatTemplate> {
         let d = &self.declared;

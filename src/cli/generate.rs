@@ -486,10 +486,7 @@ fn grammar_setup(
     spec: crate::grammar::Spec,
     source: &str,
 ) -> Result<(std::sync::Arc<crate::grammar::Vocab>, crate::grammar::Spec)> {
-    let eos = *bundle.declared_eos().first().ok_or_else(|| {
-        anyhow::anyhow!("structured output needs the bundle's end token (params.eos_token_id)")
-    })?;
-    let vocab = crate::grammar::Vocab::load(bundle.tokenizer_path(), bundle.vocab(), eos)?;
+    let vocab = bundle.grammar_vocab()?;
     crate::grammar::Constraint::new(&vocab, &spec).map_err(|e| usage(format!("{source}: {e}")))?;
     Ok((std::sync::Arc::new(vocab), spec))
 }
