@@ -205,6 +205,24 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="--estimate without a bundle: DIR gets export-report.json (and README.md) only",
     )
+    htp.add_argument(
+        "--quant-method",
+        choices=("rtn", "seqmse", "gptq"),
+        help="w4a16: how the 4-bit weights are chosen on the LPBQ grid: rtn (nearest), seqmse (scales "
+        "searched for the least output error on calibration activations, layer after layer), gptq "
+        "(rounding errors compensated through the calibration Hessian); default seqmse",
+    )
+    htp.add_argument(
+        "--rotate",
+        choices=("none", "hadamard"),
+        help="w8a16 / w4a16: rotate the residual stream by a randomized Hadamard matrix folded into the "
+        "weights (no op added; not for Gemma 3 or LFM2); default none",
+    )
+    htp.add_argument(
+        "--head-precision",
+        choices=("int8", "int4"),
+        help="w4a16: lm-head weights int8 per channel (default) or int4 LPBQ",
+    )
     htp.add_argument("--verify-tokens", type=int, default=16, metavar="N", help="steps per prompt (16)")
     htp.add_argument(
         "--no-ort-check",
@@ -317,7 +335,7 @@ def run(argv: Sequence[str] | None) -> list[str]:
 def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
     from qhx_export.write.files import staged_dir
     from qhx_export.write.htp import write_bundle, write_report
-    from qhx_export.write.options import HtpOptions
+    from qhx_export.write.options import DEFAULT_QUANT_METHOD, DEFAULT_ROTATE, HtpOptions
 
     for opt, val in (
         ("--io", a.io is not None),
@@ -341,6 +359,14 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
         raise NotImplementedYet(
             f"{a.input}: --target htp has no {ck.family.name} graphs yet; use --target emu"
         )
+    precision = a.precision or "fp16"
+    for opt, val, need in (
+        ("--quant-method", a.quant_method, ("w4a16",)),
+        ("--head-precision", a.head_precision, ("w4a16",)),
+        ("--rotate", a.rotate, ("w8a16", "w4a16")),
+    ):
+        if val is not None and precision not in need:
+            raise ExportError(f"{opt} is for --precision {' / '.join(need)}")
     name = a.name or _name(ck.default_name())
     o = HtpOptions(
         name=name,
@@ -362,6 +388,9 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
         verify_rows=a.verify_rows,
         estimate_verify=a.estimate_verify,
         fp16_weights=DEFAULT_FP16_WEIGHTS if a.fp16_weights is None else a.fp16_weights,
+        quant_method=a.quant_method or DEFAULT_QUANT_METHOD,
+        rotate=a.rotate or DEFAULT_ROTATE,
+        head_precision=a.head_precision or "int8",
         fmt=a.format,
         genie_splits=a.genie_splits,
         model_name=a.model_name,

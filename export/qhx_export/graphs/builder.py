@@ -26,6 +26,8 @@ class Builder:
         self.float_nodes: list[str] = []
         self.weights: list[str] = []  # MatMul weight initializers ([in, out]): per-channel axis 1
         self.fp16_nodes: list[str] = []  # MatMuls (and bias adds) whose weights stay fp16
+        # weight initializer -> the checkpoint tensor it is made from (quant/methods.py solves by it)
+        self.weight_sources: dict[str, str] = {}
 
     def name(self, hint: str) -> str:
         self.n += 1
@@ -101,14 +103,23 @@ class Builder:
         return y
 
     def linear(
-        self, x: str, w: np.ndarray, b: np.ndarray | None = None, hint: str = "w", fp16: bool = False
+        self,
+        x: str,
+        w: np.ndarray,
+        b: np.ndarray | None = None,
+        hint: str = "w",
+        fp16: bool = False,
+        src: str | None = None,
     ) -> str:
         """x @ w.T (+ b); w is [out, in] (PyTorch order). `fp16`: a quantized graph keeps this
-        weight (and the bias add) in float, run in fp16 on the HTP."""
+        weight (and the bias add) in float, run in fp16 on the HTP. `src`: the checkpoint tensor
+        w is (a multiple of)."""
         wn = self.const(np.ascontiguousarray(w.T.astype(np.float32)), hint)
         k = len(self.nodes)
         if not fp16:
             self.weights.append(wn)
+            if src is not None:
+                self.weight_sources[wn] = src
         y = self.op("MatMul", [x, wn])
         if b is not None:
             y = self.op("Add", [y, self.const(b.astype(np.float32), "b")])

@@ -60,6 +60,7 @@ from qhx_export.graphs.builder import OPSET, Builder, value_info
 
 FLOAT_NODES_KEY = "qhx_float_nodes"  # model property: nodes mixed precision keeps in float
 WEIGHTS_KEY = "qhx_matmul_weights"  # model property: MatMul weight initializers (axis 1 = output)
+WEIGHT_SOURCES_KEY = "qhx_weight_sources"  # model property: weight initializer -> checkpoint tensor
 FP16_NODES_KEY = "qhx_fp16_nodes"  # model property: MatMuls a quantized graph keeps in fp16
 QUANT_MASK_FLOOR = -60.0
 
@@ -142,7 +143,13 @@ def _finish(b: Builder, spec: dict[str, Any], props: dict[str, str]) -> onnx.Mod
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="qhx-export")
     m.ir_version = 10
     helper.set_model_props(
-        m, {**props, WEIGHTS_KEY: json.dumps(b.weights), FP16_NODES_KEY: json.dumps(b.fp16_nodes)}
+        m,
+        {
+            **props,
+            WEIGHTS_KEY: json.dumps(b.weights),
+            FP16_NODES_KEY: json.dumps(b.fp16_nodes),
+            WEIGHT_SOURCES_KEY: json.dumps(b.weight_sources),
+        },
     )
     return m
 
@@ -205,10 +212,12 @@ def ffn_block(b: Builder, c: Config, w: WeightFn, i: int, x: str, o: GraphOption
         return o.quantized and kind in o.fp16_weights
 
     n = b.rmsnorm(x, norm_weight(c, w, p + "ffn_norm.weight"), stream_eps(c, o), o.prescale)
-    gate = b.linear(n, w(p + "ffn_gate.weight"), fp16=keep("ffn_gate"))
-    up = b.linear(n, w(p + "ffn_up.weight"), fp16=keep("ffn_up"))
+    gate = b.linear(n, w(p + "ffn_gate.weight"), fp16=keep("ffn_gate"), src=p + "ffn_gate.weight")
+    up = b.linear(n, w(p + "ffn_up.weight"), fp16=keep("ffn_up"), src=p + "ffn_up.weight")
     g = gelu_tanh(b, gate) if c.act == "gelu_tanh" else silu(b, gate, o.quantized or not o.exact_ops)
-    d = b.linear(b.op("Mul", [g, up]), w(p + "ffn_down.weight"), fp16=keep("ffn_down"))
+    d = b.linear(
+        b.op("Mul", [g, up]), w(p + "ffn_down.weight"), fp16=keep("ffn_down"), src=p + "ffn_down.weight"
+    )
     if c.post_norms:
         d = b.rmsnorm(d, norm_weight(c, w, p + "post_ffw_norm.weight") * np.float32(o.resid_scale), c.rms_eps)
     return b.residual(x, d)
@@ -245,10 +254,14 @@ def decoder_layer(
     if not c.qk_norm:  # fold the score scale into q (RoPE is linear)
         qw = qw * qscale
         qb = qb * qscale if qb is not None else None
-    q = b.reshape(b.linear(n, qw, qb, fp16=keep("attn_q")), [R, nh, Dh])
+    q = b.reshape(b.linear(n, qw, qb, fp16=keep("attn_q"), src=p + "attn_q.weight"), [R, nh, Dh])
     k = b.reshape(
         b.linear(
-            n, w(p + "attn_k.weight"), w(p + "attn_k.bias") if c.qkv_bias else None, fp16=keep("attn_k")
+            n,
+            w(p + "attn_k.weight"),
+            w(p + "attn_k.bias") if c.qkv_bias else None,
+            fp16=keep("attn_k"),
+            src=p + "attn_k.weight",
         ),
         [R, nkv, Dh],
     )
@@ -258,6 +271,7 @@ def decoder_layer(
             w(p + "attn_v.weight"),
             w(p + "attn_v.bias") if c.qkv_bias else None,
             fp16=keep("attn_v"),
+            src=p + "attn_v.weight",
         ),
         [R, nkv, Dh],
     )
@@ -300,7 +314,7 @@ def decoder_layer(
             ],
         )
     o_ = b.reshape(b.transpose(b.reshape(o_, [nh, R, Dh]), [1, 0, 2]), [R, c.q_rows])
-    a = b.linear(o_, w(p + "attn_output.weight"), fp16=keep("attn_output"))
+    a = b.linear(o_, w(p + "attn_output.weight"), fp16=keep("attn_output"), src=p + "attn_output.weight")
     if c.post_norms:
         pw = norm_weight(c, w, p + "post_attention_norm.weight") * np.float32(o.resid_scale)
         a = b.rmsnorm(a, pw, c.rms_eps)

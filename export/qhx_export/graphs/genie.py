@@ -40,6 +40,7 @@ from qhx_export.graphs.decoder import (
     FLOAT_NODES_KEY,
     FP16_NODES_KEY,
     QUANT_MASK_FLOOR,
+    WEIGHT_SOURCES_KEY,
     WEIGHTS_KEY,
     GraphOptions,
     WeightFn,
@@ -159,6 +160,7 @@ def genie_graph(
             FLOAT_NODES_KEY: json.dumps(layer_float),
             WEIGHTS_KEY: json.dumps(b.weights),
             FP16_NODES_KEY: json.dumps(b.fp16_nodes),
+            WEIGHT_SOURCES_KEY: json.dumps(b.weight_sources),
         },
     )
     return m

@@ -131,6 +131,33 @@ def from_file(path: str) -> list[str]:
     return seqs
 
 
+def data_text(name: str) -> str:
+    """A text shipped with the package (qhx_export/data/, public domain; see its README.md)."""
+    from importlib import resources
+
+    return resources.files("qhx_export").joinpath("data", name).read_text(encoding="utf-8")
+
+
+HELDOUT = "heldout-coriolanus.txt"  # perplexity / KL divergence: never calibrated on
+CALIB_LONG = "calib-henry6.txt"  # long-text calibration windows for the 4-bit methods
+
+
+def windows(
+    text: str, tokenizer_json: bytes, bos: int | None, length: int, count: int | None = None
+) -> list[list[int]]:
+    """`text` tokenized whole and cut into windows of `length` tokens (BOS first when the model
+    uses one), at most `count` of them."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(tokenizer_json.decode("utf-8"))
+    ids = tok.encode(text, add_special_tokens=False).ids
+    step = length - (bos is not None)
+    out = [
+        ([bos] if bos is not None else []) + ids[i : i + step] for i in range(0, len(ids) - step + 1, step)
+    ]
+    return out[:count] if count is not None else out
+
+
 def tokenize(texts: list[str], tokenizer_json: bytes, bos: int | None, max_len: int) -> list[list[int]]:
     """Token ids of each text (BOS prepended when the model uses one), cut to `max_len`."""
     from tokenizers import Tokenizer

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 
 import numpy as np
 
@@ -58,17 +59,40 @@ def _int4_tensor(name: str, values: np.ndarray) -> object:
     return helper.make_tensor(name, TensorProto.INT4, list(values.shape), packed.tobytes(), raw=True)
 
 
-def apply(float_src: str, qdq_path: str, weights_key: str) -> int:
+Triple = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def from_solution(w: np.ndarray, solved: Triple, where: str) -> Triple:
+    """A graph weight w [K, N] that is a multiple of a checkpoint tensor (the q projection carries
+    the folded score scale) with that tensor's solved triple: the solved q and k, w's own
+    per-channel scale (the solver keeps block_int4's, so the two differ by the multiple)."""
+    q, k, ch_src = solved
+    if q.shape != w.shape:
+        raise ExportError(f"{where}: solved weight {q.shape} does not match the graph's {w.shape}")
+    ch = block_int4(w)[2]
+    ratio = ch / ch_src
+    if not np.allclose(ratio, ratio[0], rtol=1e-3):
+        raise ExportError(f"{where}: the graph weight is not a multiple of its checkpoint tensor")
+    return q, k, ch
+
+
+def apply(
+    float_src: str, qdq_path: str, weights_key: str, solve: Callable[[str], Triple] | None = None
+) -> int:
     """Rewrite the int4 per-channel weight DequantizeLinear of every MatMul in `qdq_path` (made by
-    onnxruntime's quantizer from `float_src`) into the LPBQ chain, from the float weights.
-    Returns the number of weights rewritten."""
+    onnxruntime's quantizer from `float_src`) into the LPBQ chain, from the float weights:
+    nearest rounding, or `solve(checkpoint tensor)` (quant/methods.py) for weights whose source
+    the graph records. Returns the number of weights rewritten."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
     from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
 
+    from qhx_export.graphs.decoder import WEIGHT_SOURCES_KEY
+
     fm = onnx.load(float_src, load_external_data=False)
     props = {p.key: p.value for p in fm.metadata_props}
     weights = set(json.loads(props.get(weights_key, "[]")))
+    sources: dict[str, str] = json.loads(props.get(WEIGHT_SOURCES_KEY, "{}"))
     finits = {t.name: t for t in fm.graph.initializer if t.name in weights}
     by_node = {n.name: n.input[1] for n in fm.graph.node if n.op_type == "MatMul" and n.input[1] in weights}
     base = os.path.dirname(os.path.abspath(float_src))
@@ -95,8 +119,11 @@ def apply(float_src: str, qdq_path: str, weights_key: str) -> int:
         if dq is None or dq.op_type != "DequantizeLinear":
             raise ExportError(f"{qdq_path}: MatMul {n.name} weight is not dequantized (no QDQ weight)")
         w = float_weight(by_node[n.name])
-        q, k, ch = block_int4(w)
         stem = by_node[n.name]
+        if solve is not None and stem in sources:
+            q, k, ch = from_solution(w, solve(sources[stem]), f"{qdq_path}: {sources[stem]}")
+        else:
+            q, k, ch = block_int4(w)
         names = {s: f"{stem}_lpbq_{s}" for s in ("q", "k", "ch", "kzp", "qzp", "scale")}
         new_inits += [
             _int4_tensor(names["q"], q),

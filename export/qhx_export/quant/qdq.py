@@ -165,10 +165,12 @@ def quantize(
     kv_u8: bool = False,
     kv_ranges: dict[str, tuple[float, float]] | None = None,
     io_ranges: dict[str, tuple[int, float, float]] | None = None,
+    solve: Callable[[str], Any] | None = None,
 ) -> None:
     """QDQ-quantize the float graph `src` into `dst` (uint16 activations, per-channel weights).
     `io_ranges`: {tensor: (bits, lo, hi)} fixed unsigned 8/16-bit ranges (Genie's graph I/O, whose
-    ranges are shared across graphs and by each layer's K/V input and output)."""
+    ranges are shared across graphs and by each layer's K/V input and output). `solve`: the
+    4-bit method's LPBQ triple by checkpoint tensor (quant/methods.py; None: nearest)."""
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.calibrate import TensorData, TensorsData, save_tensors_data
@@ -253,7 +255,7 @@ def quantize(
     if weight_bits == 4:  # per-channel int4 -> the HTP's block-quantized form (quant/lpbq.py)
         from qhx_export.quant import lpbq
 
-        lpbq.apply(src, dst, WEIGHTS_KEY)
+        lpbq.apply(src, dst, WEIGHTS_KEY, solve)
 
 
 @contextlib.contextmanager

@@ -35,6 +35,81 @@ def calib_ids(ck: Checkpoint, o: HtpOptions, max_len: int) -> list[list[int]]:
     return corpus.tokenize(calib_texts(ck, o), ck.tokenizer_json(), ck.bos_token_id(), max_len)
 
 
+METHOD_SEQ_LEN = 256  # tokens per calibration sequence of the 4-bit weight methods
+METHOD_WINDOWS = 40  # windows of the shipped long text beside the built-in corpus (~10k tokens)
+METHOD_GROUP = 1  # layers per calibration forward (1: each layer sees the ones before quantized)
+
+
+def method_seqs(ck: Checkpoint, o: HtpOptions) -> list[list[int]]:
+    """What `--quant-method seqmse|gptq` calibrates on: the calibration texts (the built-in corpus
+    or --calib) at up to METHOD_SEQ_LEN tokens, and with the built-in corpus also windows of the
+    shipped long text (GPTQ's Hessians want many more tokens than the inputs they span)."""
+    from qhx_export.quant import corpus
+
+    tj, bos = ck.tokenizer_json(), ck.bos_token_id()
+    seqs = corpus.tokenize(calib_texts(ck, o), tj, bos, METHOD_SEQ_LEN)
+    if not o.calib:
+        seqs += corpus.windows(corpus.data_text(corpus.CALIB_LONG), tj, bos, METHOD_SEQ_LEN, METHOD_WINDOWS)
+    return seqs
+
+
+class LazySolution:
+    """The 4-bit method's LPBQ triples by checkpoint tensor, solved (or read from the stage
+    cache) the first time a graph asks for one: when every QDQ graph is cached nothing runs."""
+
+    def __init__(self, ck: Checkpoint, o: HtpOptions, cache: StageCache, source: object, log: Log) -> None:
+        self.ck, self.o, self.cache, self.source, self.log = ck, o, cache, source, log
+        self.triples: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+        self.summary: dict[str, object] = {"method": o.quant_method}
+
+    def __call__(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self.triples is None:
+            self.triples = self._load()
+        if name not in self.triples:
+            raise KeyError(f"--quant-method {self.o.quant_method}: no solution for {name}")
+        return self.triples[name]
+
+    def _load(self) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        from qhx_export.quant.methods import solve
+
+        seqs = method_seqs(self.ck, self.o)
+        key = key_of(
+            "solve",
+            {
+                "source": self.source,
+                "method": self.o.quant_method,
+                "seqs": hashlib.sha256(json.dumps(seqs).encode()).hexdigest(),
+                "skip": list(self.o.fp16_weights),
+                "group": METHOD_GROUP,
+            },
+        )
+
+        def run(d: str) -> None:
+            self.log(
+                f"{self.o.quant_method}: choosing the 4-bit weights on {len(seqs)} calibration sequences "
+                f"({sum(map(len, seqs))} tokens), layer after layer"
+            )
+            sol = solve(
+                self.ck, seqs, self.o.quant_method, log=self.log, skip=self.o.fp16_weights, group=METHOD_GROUP
+            )
+            arrays = {}
+            for n, (q, k, ch) in sol.triples.items():
+                arrays[n + "/q"], arrays[n + "/k"], arrays[n + "/ch"] = q, k, ch
+            np.savez(os.path.join(d, "solution.npz"), **arrays)
+            with open(os.path.join(d, "summary.json"), "w") as f:
+                json.dump(sol.summary(), f)
+
+        d, hit = self.cache.entry("solve", key, run)
+        with open(os.path.join(d, "summary.json")) as f:
+            self.summary = {**json.load(f), "cached": hit}
+        out = {}
+        with np.load(os.path.join(d, "solution.npz")) as z:
+            for k in z.files:
+                n, part = k.rsplit("/", 1)
+                out.setdefault(n, {})[part] = z[k]
+        return {n: (v["q"], v["k"], v["ch"]) for n, v in out.items()}
+
+
 def norm_prescale(ck: Checkpoint, seqs: list[list[int]]) -> tuple[float, float]:
     """(prescale, residual peak): the largest |x| entering an RMSNorm over `seqs` (float
     reference), and the power of two that brings it under NORM_PEAK."""
@@ -132,22 +207,31 @@ def quantize_graphs(
         log(f"calibrated {role} ({'cached' if hit else f'{time.monotonic() - t0:.1f}s'})")
         tick()
     kv_ranges = tied_kv_ranges([ranges[r] for r in roles if r != "lmhead"])
+    method = o.quant_method if bits == 4 else None
+    solution = LazySolution(ck, o, cache, calib_in["graphs"], log) if method not in (None, "rtn") else None
     out: dict[str, Graph] = {}
     kv_u8 = o.kv_dtype == "u8"
     tick = progress("quantize", len(roles))
     for role in roles:
         t0 = time.monotonic()
-        rbits = 8 if role == "lmhead" else bits
+        rbits = (4 if o.head_precision == "int4" and bits == 4 else 8) if role == "lmhead" else bits
         rmixed = mixed and role != "lmhead"
         # tied K/V ranges make every role's QDQ graph depend on every role's calibration
         key = key_of(
             "quantize",
-            {"calib": calib_keys, "role": role, "bits": rbits, "mixed": rmixed, "kv_u8": kv_u8},
+            {
+                "calib": calib_keys,
+                "role": role,
+                "bits": rbits,
+                "mixed": rmixed,
+                "kv_u8": kv_u8,
+                "method": method,
+            },
         )
 
         def run(d: str, role: str = role, rbits: int = rbits, rmixed: bool = rmixed) -> None:
             dst = os.path.join(d, "graph.qdq.onnx")
-            quantize(graphs[role].path, dst, ranges[role], rbits, rmixed, kv_u8, kv_ranges)
+            quantize(graphs[role].path, dst, ranges[role], rbits, rmixed, kv_u8, kv_ranges, solve=solution)
             with open(os.path.join(d, "io.json"), "w") as f:
                 json.dump(fixed_point_io(dst), f)
 
@@ -168,7 +252,12 @@ def quantize_graphs(
         "activations": "uint16 asymmetric (MinMax)",
         "mixed_fp16": mixed,
         "fp16_weights": list(o.fp16_weights),
-        "lmhead": "int8 per channel, uint16 activations" if bits == 4 else "fp16",
+        "lmhead": (f"{o.head_precision} " + ("per channel" if o.head_precision == "int8" else "LPBQ"))
+        + ", uint16 activations"
+        if bits == 4
+        else "fp16",
+        "method": (solution.summary if solution is not None else {"method": method}) if method else None,
+        "rotate": o.report.get("graph", {}).get("rotate"),
         "kv_cache": "uint8, input and output ranges tied per layer" if o.kv_dtype == "u8" else "uint16",
         "calibration_sequences": len(seqs),
         "calibration_decode_steps": o.calib_steps,

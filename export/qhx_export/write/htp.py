@@ -31,6 +31,7 @@ from qhx_export.write.calibrate import calib_ids, norm_prescale, quantize_graphs
 from qhx_export.write.emu import generated_weights, layers_section, manifest_params
 from qhx_export.write.files import atomic_open
 from qhx_export.write.htp_graphs import Graph, build_graphs, extra_verify_rows, host_embedding, is_bundle_role
+from qhx_export.quant.lpbq import BLOCK as LPBQ_BLOCK
 from qhx_export.write.options import HtpOptions, Log, Progress
 
 
@@ -50,7 +51,7 @@ def manifest(
 
     c = ck.config
     params = manifest_params(ck, o.ctx)
-    if isinstance(ck, GgufCheckpoint):
+    if isinstance(getattr(ck, "base", ck), GgufCheckpoint):  # a rotated view reads its base
         source: dict[str, Any] = {
             "gguf": os.path.basename(ck.path),
             "gguf_sha256": o.report["source"]["sha256"],
@@ -129,10 +130,22 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
                 "calib_steps": o.calib_steps,
                 "verify_rows": o.verify_rows,
                 "estimate_verify": o.estimate_verify,
+                "quant_method": o.quant_method if o.precision == "w4a16" else None,
+                "rotate": o.rotate,
+                "head_precision": o.head_precision if o.precision == "w4a16" else None,
             },
             "stages": {},
         }
     )
+    rotation = None
+    if o.rotate != "none":
+        from qhx_export.quant.rotate import rotated
+
+        ck = rotated(ck, o.rotate)
+        rotation = getattr(ck, "how", o.rotate)
+        log(f"--rotate {o.rotate}: the residual stream is rotated by a {rotation}, folded into the weights")
+        # the rotated model's graphs, ranges and weights are another input's
+        src_hash = f"{src_hash}+rotate:{o.rotate}" if src_hash else None
     seqs = calib_ids(ck, o, 64)
     pkey = key_of("prescale", {"source": src_hash, "seqs": seqs[:4]})
     found = cache.lookup("prescale", pkey)
@@ -166,6 +179,7 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
         "residual_scale": resid_scale,
         "qk_norm_prescale": qk_prescale,
         "attention": "gqa-native, self-score matmul, 1D decode mask",
+        "rotate": rotation,
     }
     n_roles = 2 + (o.prefill != "none") + (o.verify_rows is not None) + len(extra_verify_rows(o))
     graphs = (
@@ -329,8 +343,10 @@ def compile_cached(
 def decode_bytes(ck: Checkpoint, o: HtpOptions) -> dict[str, int]:
     """Bytes one decode step streams: layer weights, lm-head weights, and the K/V cache read."""
     c = ck.config
-    wbits = {"fp16": 16, "w8a16": 8, "w4a16": 4}[o.precision]
-    hbits = 16 if o.precision != "w4a16" else 8
+    # int4 LPBQ weights also stream a 4-bit multiplier per block of LPBQ_BLOCK input rows
+    lpbq = 4 + 4 / LPBQ_BLOCK
+    wbits = {"fp16": 16, "w8a16": 8, "w4a16": lpbq}[o.precision]
+    hbits = 16 if o.precision != "w4a16" else (lpbq if o.head_precision == "int4" else 8)
     sizes = {
         "attn_q": c.hidden * c.q_rows,
         "attn_k": c.hidden * c.kv_rows,
@@ -345,8 +361,8 @@ def decode_bytes(ck: Checkpoint, o: HtpOptions) -> dict[str, int]:
     # K/V graph I/O element: float32 in fp16 graphs (FLOAT_32 I/O), uint16 quantized, uint8 with u8
     kv_elem = 1 if o.kv_dtype == "u8" else (4 if o.precision == "fp16" else 2)
     kv = 2 * c.n_layers * o.ctx * c.kv_rows * kv_elem
-    layers = c.n_layers * per_layer_bits // 8
-    head = c.vocab * c.hidden * hbits // 8
+    layers = int(c.n_layers * per_layer_bits / 8)
+    head = int(c.vocab * c.hidden * hbits / 8)
     return {"layer_weights": layers, "lmhead_weights": head, "kv_cache_read": kv, "total": layers + head + kv}
 
 
