@@ -75,7 +75,17 @@ def export(
     if reuse and os.path.isfile(man):
         log(f"{precision}: reusing {out}")
         return man
-    cmd = [sys.executable, "-m", "qhx_export", gguf, "-o", out, "--force", "--name", name]
+    cmd = [
+        sys.executable,
+        "-m",
+        "qhx_export",
+        gguf,
+        "-o",
+        out,
+        "--force",
+        "--name",
+        name,
+    ]
     cmd += ["--precision", precision, "--arch", "v79", "--ctx", "512", "--ar", "64"]
     cmd += ["--keep-onnx", *(["--estimate"] if estimate else []), *extra]
     log(f"{precision}: qhx-export {' '.join(cmd[4:])}")
@@ -102,10 +112,13 @@ def measure(
         rep = json.load(f)
     cpu = load_bundle(man, twin=True)
     rows = []
+    klds = []
     t0 = time.monotonic()
     for g in golds:
         gold = g["gold_ids"]
-        got = cpu.generate(g["input_ids"], len(gold), gold)
+        lg: list[Any] = []
+        got = cpu.generate(g["input_ids"], len(gold), gold, logits_out=lg)
+        klds.append(kl_to_float(g, lg))
         rows.append(
             {
                 "case": g["case"],
@@ -115,6 +128,11 @@ def measure(
             }
         )
     log(f"{precision}: CPU loop over 8 prompts in {time.monotonic() - t0:.0f}s")
+    t0 = time.monotonic()
+    held = heldout(lambda ids, rest: cpu_logits(cpu, ids, rest), PPL_TOKENS)
+    log(
+        f"{precision}: held-out perplexity {held['ppl']:.3f} over {held['tokens']} tokens ({time.monotonic() - t0:.0f}s)"
+    )
     ties = tie_excused(golds, rows)
     sim = []
     binary = find_qhx_generate()
@@ -147,9 +165,13 @@ def measure(
     sim_steps = sum(s["steps"] for s in sim)
     sim_rate = sum(s["equal_to_cpu"] for s in sim) / sim_steps if sim_steps else None
     est = rep.get("estimate") or {}
+    import numpy as np
+
     return {
         "precision": precision,
         "mean": round(mean, 4),
+        "kld": round(float(np.concatenate(klds).mean()), 5),
+        "heldout": held,
         "min": round(min(rates), 4),
         "rows": [
             {k: v for k, v in r.items() if k != "cpu_ids"} | {"rate": round(x, 4)}
@@ -168,6 +190,132 @@ def measure(
         "f16_ties_excused": ties,
         "export_s": (rep.get("stages") or {}).get("total_s"),
         "sizes": rep.get("sizes"),
+    }
+
+
+PPL_TOKENS = 256  # held-out tokens (qhx_export/data/heldout-coriolanus.txt) per row
+_REF: dict[str, Any] = {}  # the float checkpoint the rows are compared with
+
+
+def reference() -> Any:
+    return _REF["ck"]
+
+
+def kl_to_float(g: dict[str, Any], logits: list[Any]) -> Any:
+    """KL(float || bundle) per teacher-forced step of a golden (the float numpy forward over the
+    same ids)."""
+    import numpy as np
+    from qhx_export.quant.methods import kl
+
+    ck = reference()
+    ids = g["input_ids"] + g["gold_ids"][:-1]
+    ref = ck.family.forward(ck.config, ck.weights(), ids)[len(g["input_ids"]) - 1 :]
+    return kl(ref, np.stack(logits[: len(ref)]))
+
+
+def cpu_logits(loop: Any, prompt: list[int], rest: list[int]) -> Any:
+    import numpy as np
+
+    lg: list[Any] = []
+    loop.generate(prompt, len(rest), rest, logits_out=lg)
+    return np.stack(lg[: len(rest)])
+
+
+def heldout(run: Any, n_tokens: int) -> dict[str, Any]:
+    """Perplexity over the first n_tokens of the held-out text: `run(prompt, rest)` gives the
+    logits predicting each of `rest`, teacher-forced; the float reference's beside it, and the
+    mean KL divergence between the two."""
+    import numpy as np
+    from qhx_export.quant import corpus
+    from qhx_export.quant.methods import kl, log_softmax
+
+    ck = reference()
+    (ids,) = corpus.windows(
+        corpus.data_text(corpus.HELDOUT),
+        ck.tokenizer_json(),
+        ck.bos_token_id(),
+        n_tokens + 1,
+        1,
+    )
+    first = 1 if ck.bos_token_id() is not None else 0
+    prompt, rest = ids[: first + 1], ids[first + 1 :]
+    got = run(prompt, rest)
+    ref = np.asarray(ck.family.forward(ck.config, ck.weights(), ids), np.float64)[
+        first : first + len(rest)
+    ]
+    t = np.asarray(rest)
+    nq = -log_softmax(got)[np.arange(len(t)), t]
+    nf = -log_softmax(ref)[np.arange(len(t)), t]
+    return {
+        "tokens": len(t),
+        "ppl": round(float(np.exp(nq.mean())), 3),
+        "float_ppl": round(float(np.exp(nf.mean())), 3),
+        "kld": round(float(kl(ref, got).mean()), 5),
+    }
+
+
+LLAMACPP_BITS = {"Q4_0": 4.5, "Q4_1": 5.0, "Q5_0": 5.5, "Q8_0": 8.5}
+
+
+def llamacpp_row(qtype: str, golds: list[dict[str, Any]]) -> dict[str, Any]:
+    """llama.cpp's `qtype` of the same weights (gguf-py's quantizer, every layer MatMul weight;
+    embedding / lm-head kept float) in the float numpy forward: the same measures as a bundle."""
+    import numpy as np
+    from gguf import GGMLQuantizationType, quants
+    from qhx_export.quant.hessian import is_linear
+    from qhx_export.quant.methods import Replaced
+
+    ck = reference()
+    qt = GGMLQuantizationType[qtype]
+    w = ck.weights()
+    rep = {}
+    for n in ck.shapes:
+        if is_linear(n):
+            a = np.asarray(w[n], np.float32)
+            rep[n] = (
+                quants.dequantize(quants.quantize(a, qt), qt)
+                .reshape(a.shape)
+                .astype(np.float32)
+            )
+    qw = Replaced(w, rep)
+    rows, klds = [], []
+    for g in golds:
+        ids = g["input_ids"] + g["gold_ids"][:-1]
+        lg = ck.family.forward(ck.config, qw, ids)[len(g["input_ids"]) - 1 :]
+        ref = ck.family.forward(ck.config, w, ids)[len(g["input_ids"]) - 1 :]
+        from qhx_export.quant.methods import kl
+
+        klds.append(kl(ref, lg))
+        got = lg.argmax(-1).tolist()
+        rows.append(
+            {
+                "case": g["case"],
+                "agree": sum(a == b for a, b in zip(got, g["gold_ids"], strict=True)),
+                "steps": len(got),
+            }
+        )
+
+    def run(prompt: list[int], rest: list[int]) -> Any:
+        return ck.family.forward(ck.config, qw, prompt + rest[:-1])[len(prompt) - 1 :]
+
+    rates = [r["agree"] / r["steps"] for r in rows]
+    c = ck.config
+    per_layer = sum(int(np.prod(ck.shapes[n])) for n in ck.shapes if is_linear(n))
+    return {
+        "precision": f"llama.cpp {qtype}",
+        "mean": round(sum(rates) / len(rates), 4),
+        "min": round(min(rates), 4),
+        "kld": round(float(np.concatenate(klds).mean()), 5),
+        "heldout": heldout(run, PPL_TOKENS),
+        "rows": [r | {"rate": round(x, 4)} for r, x in zip(rows, rates, strict=True)],
+        "decode_bytes": {
+            "layer_weights": int(per_layer * LLAMACPP_BITS[qtype] / 8),
+            "lmhead_weights": int(c.vocab * c.hidden * 2),
+        },
+        "decode_ms_per_token_estimate": None,
+        "pass": None,
+        "simulator": {"equal_to_cpu": None},
+        "note": "layer weights at the type, embedding / lm-head float; numpy forward, not an HTP bundle",
     }
 
 
@@ -194,21 +342,29 @@ def table(res: list[dict[str, Any]]) -> str:
     lines = [
         "| precision | mean | "
         + " | ".join(cases)
-        + " | bar (mean / each) | simulator = CPU loop | weight bytes / decode token"
-        + " | est. decode ms/token |",
-        "|---|---|" + "---|" * len(cases) + "---|---|---|---|",
+        + " | mean KLD | held-out ppl (float) | bar (mean / each) | simulator = CPU loop"
+        + " | weight bytes / decode token | est. decode ms/token |",
+        "|---|---|" + "---|" * len(cases) + "---|---|---|---|---|---|",
     ]
     for r in res:
-        b = BARS[r["precision"]]
+        h = r.get("heldout") or {}
+        ppl = f"{h['ppl']:.2f} ({h['float_ppl']:.2f})" if h else "-"
+        kld = f"{r['kld']:.4f}" if r.get("kld") is not None else "-"
         db = r["decode_bytes"] or {}
         w = db.get("layer_weights", 0) + db.get("lmhead_weights", 0)
         sim = r["simulator"]["equal_to_cpu"]
+        bar = BARS.get(r["precision"])
+        verdict = (
+            f"{bar[0]:.0%} / {bar[1]:.0%} {'pass' if r['pass'] else 'FAIL'}"
+            if bar
+            else "-"
+        )
         lines.append(
-            f"| {r['precision']} | {r['mean']:.1%} | "
+            f"| {r.get('tag', r['precision'])} | {r['mean']:.1%} | "
             + " | ".join(f"{x['rate']:.0%}" for x in r["rows"])
-            + f" | {b[0]:.0%} / {b[1]:.0%} {'pass' if r['pass'] else 'FAIL'} | "
+            + f" | {kld} | {ppl} | {verdict} | "
             + (f"{sim:.1%}" if sim is not None else "-")
-            + f" | {w / 1e6:.1f} MB | {r['decode_ms_per_token_estimate']} |"
+            + f" | {w / 1e6:.1f} MB | {r['decode_ms_per_token_estimate'] or '-'} |"
         )
     return "\n".join(lines)
 
@@ -238,6 +394,17 @@ def main() -> int:
         default=None,
         help="the source checkpoint (default: the model's asset)",
     )
+    ap.add_argument(
+        "--tag",
+        default="",
+        help="a name for these rows (with the extra export options, e.g. -- --quant-method rtn); "
+        "rows of other tags already in OUT_DIR/quality.json stay in the table",
+    )
+    ap.add_argument(
+        "--llamacpp",
+        default="",
+        help="also llama.cpp's quantizations of the same weights, e.g. Q4_0,Q4_1,Q5_0,Q8_0 (gguf-py)",
+    )
     ap.add_argument("extra", nargs="*", help="more qhx-export options (after --)")
     a = ap.parse_args()
     golds = goldens(a.model)
@@ -245,15 +412,37 @@ def main() -> int:
     gguf = a.gguf or os.path.join(CACHE, asset)
     out = a.out if a.model == "smollm2" else os.path.join(a.out, a.model)
     os.makedirs(out, exist_ok=True)
+    from qhx_export.read import open_checkpoint
+
+    _REF["ck"] = open_checkpoint(gguf)
+    qpath = os.path.join(out, "quality.json")
+    table_rows: dict[str, Any] = {}
+    if os.path.isfile(qpath):
+        with open(qpath, encoding="utf-8") as f:
+            old = json.load(f)
+        table_rows = old if isinstance(old, dict) else {r["precision"]: r for r in old}
     res = []
     for p in a.precision:
+        tag = f"{p}{'-' + a.tag if a.tag else ''}"
         man = export(
-            gguf, os.path.join(out, p), name, p, a.extra, a.reuse, not a.no_estimate
+            gguf, os.path.join(out, tag), name, p, a.extra, a.reuse, not a.no_estimate
         )
-        res.append(measure(man, p, golds, a.sim_prompts, a.sim_tokens))
-        with open(os.path.join(out, "quality.json"), "w", encoding="utf-8") as f:
-            json.dump(res, f, indent=2)
-    print(table(res))
+        r = measure(man, p, golds, a.sim_prompts, a.sim_tokens) | {
+            "tag": tag,
+            "export_args": a.extra,
+        }
+        res.append(r)
+        table_rows[tag] = r
+        with open(qpath, "w", encoding="utf-8") as f:
+            json.dump(table_rows, f, indent=2)
+    for qt in [q for q in a.llamacpp.split(",") if q]:
+        log(f"llama.cpp {qt} of the same weights")
+        table_rows[f"llama.cpp {qt}"] = llamacpp_row(qt, golds) | {
+            "tag": f"llama.cpp {qt}"
+        }
+        with open(qpath, "w", encoding="utf-8") as f:
+            json.dump(table_rows, f, indent=2)
+    print(table(list(table_rows.values())))
     return 0 if all(r["pass"] for r in res) else 1
 
 

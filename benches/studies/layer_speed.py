@@ -22,7 +22,56 @@ from typing import Any
 
 import numpy as np
 
-FORMS = ["as-is", "int8", "int4", "lpbq32", "lpbq64", "lpbq128", "none"]
+FORMS = ["as-is", "int8", "int4", "lpbq32", "lpbq64", "lpbq128", "none", "kv-direct"]
+
+
+def kv_direct(src: str, dst: str) -> int:
+    """`src` with the cache inputs' layout changes (Reshape / Transpose from [C, n_kv * Dh] to the
+    attention MatMuls' [n_kv, 1, Dh, C] and [n_kv, 1, C, Dh]) cut away: each MatMul's quantized
+    cache operand becomes the graph input. What those per-step transposes of the whole cache
+    cost. Returns the inputs rewired."""
+    import onnx
+    from onnx import helper
+
+    from qhx_export.graphs.decoder import save
+
+    m = onnx.load(src, load_external_data=False)
+    g = m.graph
+    vinfo = {v.name: v for v in onnx.shape_inference.infer_shapes(m).graph.value_info}
+    users: dict[str, list[Any]] = {}
+    for n in g.node:
+        for i in n.input:
+            users.setdefault(i, []).append(n)
+    made_by = {o: n for n in g.node for o in n.output}
+    cut = []
+    for inp in [i.name for i in g.input if i.name.startswith(("past_k_", "past_v_"))]:
+        frontier, seen = [inp], set()
+        while frontier:
+            t = frontier.pop()
+            for u in users.get(t, []):
+                if u.op_type == "MatMul":
+                    dq = made_by[t]
+                    cut.append(dq.input[0])
+                    frontier = []
+                    break
+                if u.name not in seen:
+                    seen.add(u.name)
+                    frontier += list(u.output)
+    drop = set()
+    for t in cut:
+        drop.add(made_by[t].name)
+    keep = [n for n in g.node if n.name not in drop]
+    del g.node[:]
+    g.node.extend(keep)
+    for t in cut:
+        dims = [d.dim_value for d in vinfo[t].type.tensor_type.shape.dim]
+        g.input.append(helper.make_tensor_value_info(t, onnx.TensorProto.UINT16, dims))
+    # the old cache inputs now feed nothing (ORT drops unused inputs' nodes)
+    from onnx.external_data_helper import load_external_data_for_model
+
+    load_external_data_for_model(m, os.path.dirname(os.path.abspath(src)))
+    save(m, dst)
+    return len(cut)
 
 
 def log(msg: str) -> None:
@@ -221,7 +270,10 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--forms: unknown form {form!r}")
         path = a.graph
         n = 0
-        if form != "as-is":
+        if form == "kv-direct":
+            path = os.path.join(a.out, "kv-direct.onnx")
+            n = kv_direct(a.graph, path)
+        elif form != "as-is":
             path = os.path.join(a.out, f"{form}.onnx")
             n = rewrite(a.graph, form, path, keep)
         if keep:

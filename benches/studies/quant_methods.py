@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="layers per calibration forward (1: sequential)",
     )
+    ap.add_argument("--keep", default="", help="weight kinds left unquantized (e.g. attn_v: what keeping them costs)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     from qhx_export.quant import corpus
@@ -101,11 +102,19 @@ def main(argv: list[str] | None = None) -> int:
         ck = rotated(base, rot)
         for method in a.methods.split(","):
             t0 = time.monotonic()
-            sol = solve(ck, seqs, method, log=log, group=a.group)
+            sol = solve(
+                ck,
+                seqs,
+                method,
+                log=log,
+                group=a.group,
+                skip=[k for k in a.keep.split(",") if k],
+            )
             res = proxy(ck, cs, sol.dequantized())
             row = {
                 "rotate": rot,
                 "group": a.group,
+                "kept_float": a.keep,
                 **sol.summary(),
                 "agreement": round(res.agreement, 4),
                 "lowest_prompt": round(min(res.per_seq), 4),

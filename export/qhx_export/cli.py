@@ -30,7 +30,10 @@ from qhx_export import ExportError, NotImplementedYet, __version__
 
 ARCHES = ("v73", "v75", "v79", "v81")
 WEIGHT_KINDS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
-DEFAULT_FP16_WEIGHTS = ("attn_v",)
+# w8a16 keeps the V projection fp16 (its agreement is most sensitive to it); w4a16 does not: an
+# fp16 weight in a 4-bit graph costs ~13 % of a layer's time (issue 30), and the 4-bit methods
+# hold the quality without it
+DEFAULT_FP16_WEIGHTS = {"w8a16": ("attn_v",), "w4a16": ()}
 SOC_DEFAULT = {"v73": 57, "v75": 60, "v79": 69, "v81": 87}  # SM8550, SM8650, SM8750, SM8850
 EXIT_BAD_INPUT, EXIT_NOT_IMPLEMENTED, EXIT_INTERNAL, EXIT_VERIFY, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
 
@@ -189,8 +192,9 @@ def parser() -> argparse.ArgumentParser:
         metavar="KINDS",
         type=_weight_kinds,
         help="w8a16 / w4a16: weight kinds kept fp16, comma-separated from "
-        f"{','.join(WEIGHT_KINDS)}, or none (default attn_v: the V projection, ~3%% of a layer's "
-        "weights, is the one SmolLM2's agreement is most sensitive to)",
+        f"{','.join(WEIGHT_KINDS)}, or none (default: w8a16 attn_v, the V projection, ~3%% of a "
+        "layer's weights and the one SmolLM2's agreement is most sensitive to; w4a16 none, since an "
+        "fp16 weight in a 4-bit graph costs ~13%% of the layer's time)",
     )
     htp.add_argument(
         "--estimate-verify",
@@ -207,16 +211,18 @@ def parser() -> argparse.ArgumentParser:
     )
     htp.add_argument(
         "--quant-method",
-        choices=("rtn", "seqmse", "gptq"),
+        choices=("rtn", "seqmse", "gptq", "seqmse+gptq"),
         help="w4a16: how the 4-bit weights are chosen on the LPBQ grid: rtn (nearest), seqmse (scales "
         "searched for the least output error on calibration activations, layer after layer), gptq "
-        "(rounding errors compensated through the calibration Hessian); default seqmse",
+        "(rounding errors compensated through the calibration Hessian), seqmse+gptq (GPTQ's rounding "
+        "on SeqMSE's scales); default seqmse+gptq (README: 4-bit weights)",
     )
     htp.add_argument(
         "--rotate",
-        choices=("none", "hadamard"),
+        choices=("none", "hadamard", "auto"),
         help="w8a16 / w4a16: rotate the residual stream by a randomized Hadamard matrix folded into the "
-        "weights (no op added; not for Gemma 3 or LFM2); default none",
+        "weights (no op added; not for Gemma 3 or LFM2); auto: hadamard where the family folds it "
+        "(the w4a16 default), none otherwise (the w8a16 default)",
     )
     htp.add_argument(
         "--head-precision",
@@ -224,6 +230,14 @@ def parser() -> argparse.ArgumentParser:
         help="w4a16: lm-head weights int8 per channel (default) or int4 LPBQ",
     )
     htp.add_argument("--verify-tokens", type=int, default=16, metavar="N", help="steps per prompt (16)")
+    htp.add_argument(
+        "--verify-ppl-tokens",
+        type=int,
+        default=32,
+        metavar="N",
+        help="--verify: perplexity and KL divergence over the first N tokens of the shipped held-out "
+        "text, through the ORT loop on the simulator (32; 0: none)",
+    )
     htp.add_argument(
         "--no-ort-check",
         action="store_true",
@@ -291,6 +305,8 @@ def _check_args(a: argparse.Namespace) -> None:
         raise ExportError(f"--soc {a.soc}: must be a positive soc_model number")
     if a.calib_steps < 1:
         raise ExportError(f"--calib-steps {a.calib_steps}: must be positive")
+    if a.verify_ppl_tokens < 0:
+        raise ExportError(f"--verify-ppl-tokens {a.verify_ppl_tokens}: must be 0 or more")
     if a.soc is not None and a.arch == "all":
         raise ExportError("--soc with --arch all: give one --arch per --soc")
     for k in ([a.verify_rows] if a.verify_rows is not None else []) + a.estimate_verify:
@@ -387,9 +403,9 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
         estimate_only=a.estimate_only,
         verify_rows=a.verify_rows,
         estimate_verify=a.estimate_verify,
-        fp16_weights=DEFAULT_FP16_WEIGHTS if a.fp16_weights is None else a.fp16_weights,
+        fp16_weights=DEFAULT_FP16_WEIGHTS.get(precision, ()) if a.fp16_weights is None else a.fp16_weights,
         quant_method=a.quant_method or DEFAULT_QUANT_METHOD,
-        rotate=a.rotate or DEFAULT_ROTATE,
+        rotate=a.rotate or DEFAULT_ROTATE.get(precision, "none"),
         head_precision=a.head_precision or "int8",
         fmt=a.format,
         genie_splits=a.genie_splits,
@@ -416,6 +432,7 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
                     a.verify_tokens,
                     with_ort=not a.no_ort_check,
                     real=o.report.get("real", {}).get(where),
+                    ppl_tokens=a.verify_ppl_tokens,
                 )
                 res["seconds"] = round(time.monotonic() - t1, 1)
                 o.report["verify"][where] = res

@@ -178,6 +178,29 @@ def test_bad_options(
     assert not (tmp_path / "b").exists() and not (tmp_path / "b.partial").exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (["--precision", "w8a16", "--quant-method", "gptq"], ["--quant-method is for --precision w4a16"]),
+        (["--head-precision", "int4"], ["--head-precision is for --precision w4a16"]),
+        (["--rotate", "hadamard"], ["--rotate is for --precision w8a16 / w4a16"]),
+        (["--precision", "w4a16", "--quant-method", "awq"], ["--quant-method", "'awq'"]),
+        (["--verify-ppl-tokens", "-1"], ["--verify-ppl-tokens -1"]),
+    ],
+)
+def test_bad_htp_options(
+    tmp_path: Path,
+    tiny_gguf: Callable[..., Path],
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    needles: list[str],
+) -> None:
+    out = tmp_path / "b"
+    rc, _, err = run([str(tiny_gguf()), "-o", str(out), "--ar", "4", "--ctx", "8", *args], capsys)
+    check_error(rc, err, 1, *needles)
+    assert not out.exists() and not (tmp_path / "b.partial").exists()
+
+
 def test_not_implemented_exits_2(
     tmp_path: Path, tiny_gguf: Callable[..., Path], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -43,9 +43,10 @@ def _damped(h: np.ndarray, damp: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 def gptq(
-    w: np.ndarray, h: np.ndarray, block: int = BLOCK, damp: float = DAMP
+    w: np.ndarray, h: np.ndarray, block: int = BLOCK, damp: float = DAMP, fixed_k: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """GPTQ on the LPBQ grid: (q, k, ch) for w [K, N] given H [K, K]."""
+    """GPTQ on the LPBQ grid: (q, k, ch) for w [K, N] given H [K, K]. `fixed_k`: the block
+    multipliers to use (e.g. SeqMSE's) instead of setting them as each block is reached."""
     K, N = w.shape
     if h.shape != (K, K):
         raise ExportError(f"GPTQ: Hessian {h.shape} does not match a weight of {K} input rows")
@@ -66,8 +67,10 @@ def gptq(
     for b0 in range(0, K, block):
         b1 = b0 + block
         Wb = W[b0:b1].copy()
-        need = np.abs(Wb).max(axis=0) / 7.0
-        kb = np.clip(np.ceil(need / ch - 1e-6), 1, 15)
+        if fixed_k is not None:
+            kb = fixed_k[b0 // block].astype(np.float64)
+        else:
+            kb = np.clip(np.ceil(np.abs(Wb).max(axis=0) / 7.0 / ch - 1e-6), 1, 15)
         kk[b0 // block] = kb.astype(np.uint8)
         scale = ch * kb
         Ub = U[b0:b1, b0:b1]
@@ -135,6 +138,14 @@ def seqmse(
         best_bl[better], best_k[better] = bl[better], kc[better]
     q, _ = _rtn(W, ch0, best_k, block)
     return q.astype(np.int8), best_k.astype(np.uint8), ch0.astype(np.float32)
+
+
+def seqmse_gptq(
+    w: np.ndarray, h: np.ndarray, block: int = BLOCK
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """SeqMSE's block scales, then GPTQ's error-compensating rounding on them."""
+    _, k, _ = seqmse(w, h, block)
+    return gptq(w, h, block, fixed_k=k)
 
 
 def dequant(q: np.ndarray, k: np.ndarray, ch: np.ndarray, block: int = BLOCK) -> np.ndarray:

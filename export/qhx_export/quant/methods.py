@@ -27,7 +27,7 @@ from qhx_export.quant.hessian import LINEAR_KINDS, hessians
 from qhx_export.quant.lpbq import BLOCK, block_int4
 from qhx_export.read.base import Checkpoint
 
-METHODS = ("rtn", "seqmse", "gptq")
+METHODS = ("rtn", "seqmse", "gptq", "seqmse+gptq")
 Triple = tuple[np.ndarray, np.ndarray, np.ndarray]  # (q [K, N], k [K/B, N], ch [N])
 
 
@@ -100,6 +100,8 @@ def solve(
                 raise ExportError(f"--quant-method {method}: no calibration input reached {n}")
             elif method == "gptq":
                 t = solvers.gptq(wk, hs[n], block)
+            elif method == "seqmse+gptq":
+                t = solvers.seqmse_gptq(wk, hs[n], block)
             else:
                 t = solvers.seqmse(wk, hs[n], block)
             sol.triples[n] = t

@@ -27,7 +27,7 @@ import numpy as np
 from qhx_export import ExportError
 from qhx_export.read.base import Checkpoint
 
-ROTATIONS = ("none", "hadamard")
+ROTATIONS = ("none", "hadamard", "auto")  # auto: hadamard where the family can fold it
 SEED = 0x5EED
 
 
@@ -74,12 +74,21 @@ READ_STREAM = ("attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up")
 WRITE_STREAM = ("attn_output", "ffn_down")
 
 
+def foldable(c: object) -> bool:
+    """Whether a rotation of the residual stream folds into this config's weights."""
+    return not (
+        getattr(c, "post_norms", False)
+        or getattr(c, "layer_types", None) is not None
+        or getattr(c, "norm_offset", 0.0)
+    )
+
+
 class RotatedCheckpoint(Checkpoint):
     """`base` with the residual stream rotated by Q (same function, other weights)."""
 
     def __init__(self, base: Checkpoint, q: np.ndarray, how: str) -> None:
         c = base.config
-        if c.post_norms or c.layer_types is not None or c.norm_offset:
+        if not foldable(c):
             raise ExportError(
                 f"--rotate hadamard: {base.family.name} cannot fold a rotation of its residual stream "
                 "(norms after the sublayers, convolution layers or offset norms); use --rotate none"
@@ -137,10 +146,10 @@ class RotatedCheckpoint(Checkpoint):
 
 
 def rotated(ck: Checkpoint, how: str) -> Checkpoint:
-    """`ck` itself for none, else its rotated view."""
-    if how == "none":
+    """`ck` itself for none (and auto where the family cannot fold it), else its rotated view."""
+    if how == "none" or (how == "auto" and not foldable(ck.config)):
         return ck
-    if how != "hadamard":
+    if how not in ("hadamard", "auto"):
         raise ExportError(f"--rotate {how!r}: choose one of {', '.join(ROTATIONS)}")
     q, desc = rotation(ck.config.hidden)
     return RotatedCheckpoint(ck, q, desc)

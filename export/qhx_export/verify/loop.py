@@ -350,15 +350,18 @@ class Loop:
         n_tokens: int,
         teacher: Sequence[int] | None = None,
         margins: list[list[float]] | None = None,
+        logits_out: list[np.ndarray] | None = None,
     ) -> list[int]:
         """Greedy from an empty cache; with `teacher`, feed teacher[k] after step k and record
         the model's own top-1 (first maximum, like qhx's argmax). `margins` receives
-        [top1, logit1, top2, logit2] per step."""
+        [top1, logit1, top2, logit2] per step, `logits_out` every step's logits."""
         self.reset()
         self.run_prompt(list(ids))
         out: list[int] = []
         while True:
             lg = self.logits()
+            if logits_out is not None:
+                logits_out.append(np.array(lg, np.float32))
             tok = int(np.argmax(lg))
             if margins is not None:
                 o = np.argsort(-lg, kind="stable")[:2]

@@ -62,17 +62,50 @@ def qnn_libdir() -> str:
     return os.path.dirname(onnxruntime_qnn.__file__)
 
 
-def float_greedy(ck: Checkpoint, ids: Sequence[int], n: int) -> tuple[list[int], list[Top2]]:
-    """The float reference's greedy continuation (n tokens) and each step's top-2 (id, logit)."""
+def float_greedy(
+    ck: Checkpoint, ids: Sequence[int], n: int, logits_out: list[np.ndarray] | None = None
+) -> tuple[list[int], list[Top2]]:
+    """The float reference's greedy continuation (n tokens) and each step's top-2 (id, logit);
+    `logits_out` receives every step's logits."""
     w = ck.weights()
     seq, out, top2 = list(ids), [], []
     for _ in range(n):
         logits = np.asarray(ck.family.forward(ck.config, w, seq)[-1], dtype=np.float64)
+        if logits_out is not None:
+            logits_out.append(logits)
         i, j = (int(k) for k in np.argsort(-logits, kind="stable")[:2])
         top2.append(((i, float(logits[i])), (j, float(logits[j]))))
         out.append(i)
         seq.append(i)
     return out, top2
+
+
+def heldout_ppl(ck: Checkpoint, loop: Any, n_tokens: int) -> dict[str, Any]:
+    """Perplexity of the bundle (the ORT loop over its binaries) and of the float reference over
+    the first `n_tokens` of the shipped held-out text (qhx_export/data), teacher-forced from its
+    first token, and the mean KL divergence between them over those positions."""
+    from qhx_export.quant import corpus
+    from qhx_export.quant.methods import kl, log_softmax
+
+    (ids,) = corpus.windows(
+        corpus.data_text(corpus.HELDOUT), ck.tokenizer_json(), ck.bos_token_id(), n_tokens + 1, 1
+    )
+    first = 1 if ck.bos_token_id() is not None else 0  # BOS, then the text's first token
+    prompt, rest = ids[: first + 1], ids[first + 1 :]
+    got: list[np.ndarray] = []
+    loop.generate(prompt, len(rest), rest, logits_out=got)
+    ref = np.asarray(ck.family.forward(ck.config, ck.weights(), ids), np.float64)[first : first + len(rest)]
+    q = np.stack(got[: len(rest)])
+    tgt = np.asarray(rest)
+    nll_q = -log_softmax(q)[np.arange(len(tgt)), tgt]
+    nll_f = -log_softmax(ref)[np.arange(len(tgt)), tgt]
+    return {
+        "text": corpus.HELDOUT,
+        "tokens": len(tgt),
+        "ppl": round(float(np.exp(nll_q.mean())), 3),
+        "float_ppl": round(float(np.exp(nll_f.mean())), 3),
+        "kld": round(float(kl(ref, q).mean()), 5),
+    }
 
 
 def run_qhx(
@@ -154,10 +187,14 @@ def verify(
     prompts: Sequence[str] = PROMPTS[:2],
     with_ort: bool = True,
     real: dict[str, Any] | None = None,
+    ppl_tokens: int = 0,
 ) -> dict[str, Any]:
     """Teacher-forced agreement table of one written bundle. with_ort: also the ORT QNN loop
-    (`real`: the manifest's source.real when it has none, as the LFM2 runner's form)."""
+    (`real`: the manifest's source.real when it has none, as the LFM2 runner's form), whose
+    logits give the mean KL divergence to the float reference over the steps, and with
+    `ppl_tokens` the perplexity over the held-out text."""
     from qhx_export.quant.corpus import tokenize
+    from qhx_export.quant.methods import kl
 
     binary = find_qhx_generate()
     with open(manifest, encoding="utf-8") as f:
@@ -166,6 +203,7 @@ def verify(
     ctx = int(desc["dialog"]["context"]["size"] if genie else desc["params"]["max_ctx"])
     tok = ck.tokenizer_json()
     rows = []
+    klds: list[np.ndarray] = []
     loop = None
     if with_ort and not genie:
         from qhx_export.verify.loop import load_bundle
@@ -176,12 +214,22 @@ def verify(
         n = min(n_tokens, ctx - len(ids))  # the last step's logits come from slot C - 1
         if n < 1:
             raise ExportError(f"--verify: prompt {p!r} ({len(ids)} tokens) does not fit --ctx {ctx}")
-        gold, top2 = float_greedy(ck, ids, n)
+        ref: list[np.ndarray] = []
+        gold, top2 = float_greedy(ck, ids, n, ref)
         got = run_qhx(binary, manifest, ids, n, gold)
-        ort = loop.generate(ids, n, gold) if loop is not None else None
+        lg: list[np.ndarray] = []
+        ort = loop.generate(ids, n, gold, logits_out=lg) if loop is not None else None
         rows.append(row(p, got, gold, top2, ort))
+        if lg:
+            klds.append(kl(np.stack(ref), np.stack(lg)))
     mean = sum(r.rate for r in rows) / len(rows)
+    extra: dict[str, Any] = {}
+    if klds:
+        extra["kld"] = round(float(np.concatenate(klds).mean()), 5)
+    if loop is not None and ppl_tokens > 0:
+        extra["heldout"] = heldout_ppl(ck, loop, min(ppl_tokens, ctx - 2))
     return {
+        **extra,
         "precision": precision,
         "threshold": THRESHOLDS[precision],
         "tokens": n_tokens,
@@ -204,6 +252,16 @@ def table(res: dict[str, Any]) -> str:
             + (f"  (ties at steps {', '.join(map(str, r['tie_steps']))})" if ties else "")
         )
     n_ties = res.get("ties", 0)
+    if "kld" in res:
+        lines.append(
+            f"mean KL divergence to the float reference over these steps (ORT loop): {res['kld']:.4f}"
+        )
+    if "heldout" in res:
+        h = res["heldout"]
+        lines.append(
+            f"held-out text ({h['text']}, {h['tokens']} tokens): perplexity {h['ppl']:.2f} "
+            f"(float reference {h['float_ppl']:.2f}), mean KL divergence {h['kld']:.4f}"
+        )
     lines.append(
         f"mean {res['mean']:.1%}{f' with {n_ties} f16 ties' if n_ties else ''} "
         f"(threshold {res['threshold']:.0%}, {res['precision']}): "

@@ -37,7 +37,13 @@ def calib_ids(ck: Checkpoint, o: HtpOptions, max_len: int) -> list[list[int]]:
 
 METHOD_SEQ_LEN = 256  # tokens per calibration sequence of the 4-bit weight methods
 METHOD_WINDOWS = 40  # windows of the shipped long text beside the built-in corpus (~10k tokens)
-METHOD_GROUP = 1  # layers per calibration forward (1: each layer sees the ones before quantized)
+METHOD_FORWARDS = 6  # calibration forwards of the 4-bit methods: the layers go in this many groups,
+# each group's inputs recorded with the groups before it quantized (one forward a layer costs
+# ~4x the time for SmolLM2; measured with groups of 5 of its 30 layers)
+
+
+def method_group(n_layers: int) -> int:
+    return max(1, math.ceil(n_layers / METHOD_FORWARDS))
 
 
 def method_seqs(ck: Checkpoint, o: HtpOptions) -> list[list[int]]:
@@ -80,17 +86,22 @@ class LazySolution:
                 "method": self.o.quant_method,
                 "seqs": hashlib.sha256(json.dumps(seqs).encode()).hexdigest(),
                 "skip": list(self.o.fp16_weights),
-                "group": METHOD_GROUP,
+                "group": method_group(self.ck.config.n_layers),
             },
         )
 
         def run(d: str) -> None:
             self.log(
                 f"{self.o.quant_method}: choosing the 4-bit weights on {len(seqs)} calibration sequences "
-                f"({sum(map(len, seqs))} tokens), layer after layer"
+                f"({sum(map(len, seqs))} tokens), in {METHOD_FORWARDS} groups of layers"
             )
             sol = solve(
-                self.ck, seqs, self.o.quant_method, log=self.log, skip=self.o.fp16_weights, group=METHOD_GROUP
+                self.ck,
+                seqs,
+                self.o.quant_method,
+                log=self.log,
+                skip=self.o.fp16_weights,
+                group=method_group(self.ck.config.n_layers),
             )
             arrays = {}
             for n, (q, k, ch) in sol.triples.items():

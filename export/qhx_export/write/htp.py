@@ -25,13 +25,13 @@ from qhx_export import ExportError, NotImplementedYet, __version__
 from qhx_export.cache import StageCache, key_of, source_hash
 from qhx_export.compile import htp as qc
 from qhx_export.graphs import GraphOptions
+from qhx_export.quant.lpbq import BLOCK as LPBQ_BLOCK
 from qhx_export.read.base import Checkpoint
 from qhx_export.write import lfm2_layout
 from qhx_export.write.calibrate import calib_ids, norm_prescale, quantize_graphs, stream_scales
 from qhx_export.write.emu import generated_weights, layers_section, manifest_params
 from qhx_export.write.files import atomic_open
 from qhx_export.write.htp_graphs import Graph, build_graphs, extra_verify_rows, host_embedding, is_bundle_role
-from qhx_export.quant.lpbq import BLOCK as LPBQ_BLOCK
 from qhx_export.write.options import HtpOptions, Log, Progress
 
 
@@ -138,14 +138,16 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
         }
     )
     rotation = None
-    if o.rotate != "none":
+    if o.rotate != "none" and o.precision != "fp16":
         from qhx_export.quant.rotate import rotated
 
+        base = ck
         ck = rotated(ck, o.rotate)
-        rotation = getattr(ck, "how", o.rotate)
-        log(f"--rotate {o.rotate}: the residual stream is rotated by a {rotation}, folded into the weights")
-        # the rotated model's graphs, ranges and weights are another input's
-        src_hash = f"{src_hash}+rotate:{o.rotate}" if src_hash else None
+        if ck is not base:
+            rotation = getattr(ck, "how", o.rotate)
+            log(f"--rotate {o.rotate}: the residual stream is rotated by a {rotation}, folded in the weights")
+            # the rotated model's graphs, ranges and weights are another input's
+            src_hash = f"{src_hash}+rotate:hadamard" if src_hash else None
     seqs = calib_ids(ck, o, 64)
     pkey = key_of("prescale", {"source": src_hash, "seqs": seqs[:4]})
     found = cache.lookup("prescale", pkey)
@@ -221,6 +223,7 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
         if "summary" in o.report["estimate"]:
             log(f"estimate: {o.report['estimate']['summary']}")
     if o.estimate_only:
+        o.report["decode_bytes"] = decode_bytes(ck, o)
         shutil.rmtree(work, ignore_errors=True)
         o.report["stages"]["total_s"] = round(time.monotonic() - t0, 1)
         o.report["cache"] = cache.summary()

@@ -12,8 +12,8 @@ Log = Callable[[str], None]  # a progress line to stderr
 Progress = Callable[[str, int], Callable[[], None]]  # a stage of n steps; the callable ticks one
 
 MIXED_PEAK = 1024.0  # a residual stream wider than this keeps its adds and norms in fp16
-DEFAULT_QUANT_METHOD = "seqmse"  # w4a16's weight choice (quant/methods.py); see the README table
-DEFAULT_ROTATE = "none"  # quant/rotate.py
+DEFAULT_QUANT_METHOD = "seqmse+gptq"  # w4a16's weight choice (quant/methods.py); see the README table
+DEFAULT_ROTATE = {"w4a16": "auto"}  # by precision, else none (quant/rotate.py)
 
 
 @dataclass
@@ -38,7 +38,7 @@ class HtpOptions:
     estimate_only: bool = False  # the cost model's report, no bundle
     fp16_weights: tuple[str, ...] = ()  # quantized precisions: weight kinds kept fp16
     quant_method: str = DEFAULT_QUANT_METHOD  # w4a16: rtn | seqmse | gptq (quant/methods.py)
-    rotate: str = DEFAULT_ROTATE  # none | hadamard: the residual stream rotated (quant/rotate.py)
+    rotate: str = "none"  # none | hadamard | auto: the residual stream rotated (quant/rotate.py)
     head_precision: str = "int8"  # w4a16's lm-head weights: int8 per channel | int4 LPBQ
     fmt: str = "qhx"  # qhx | genie | both
     genie_splits: int = 1  # Genie graphs per (AR, CL) variant
