@@ -32,7 +32,6 @@ def kv_direct(src: str, dst: str) -> int:
     cost. Returns the inputs rewired."""
     import onnx
     from onnx import helper
-
     from qhx_export.graphs.decoder import save
 
     m = onnx.load(src, load_external_data=False)
@@ -58,14 +57,25 @@ def kv_direct(src: str, dst: str) -> int:
                     seen.add(u.name)
                     frontier += list(u.output)
     drop = set()
+    inits = {i.name: i for i in g.initializer}
+    made_by_type = {}
     for t in cut:
-        drop.add(made_by[t].name)
+        q = made_by[t]
+        drop.add(q.name)
+        if (
+            len(q.input) > 2 and q.input[2] in inits
+        ):  # the quantized type is the zero point's
+            made_by_type[t] = inits[q.input[2]].data_type
     keep = [n for n in g.node if n.name not in drop]
     del g.node[:]
     g.node.extend(keep)
     for t in cut:
         dims = [d.dim_value for d in vinfo[t].type.tensor_type.shape.dim]
-        g.input.append(helper.make_tensor_value_info(t, onnx.TensorProto.UINT16, dims))
+        g.input.append(
+            helper.make_tensor_value_info(
+                t, made_by_type.get(t, onnx.TensorProto.UINT16), dims
+            )
+        )
     # the old cache inputs now feed nothing (ORT drops unused inputs' nodes)
     from onnx.external_data_helper import load_external_data_for_model
 
@@ -196,29 +206,9 @@ def rewrite(src: str, form: str, dst: str, keep_shape: str | None = None) -> int
             ]
             continue
         B = int(form.removeprefix("lpbq"))
-        q, k, ch = lpbq.block_int4(w, B)
-        inits += [
-            lpbq._int4_tensor(s + "_q", q),
-            numpy_helper.from_array(k, s + "_k"),
-            numpy_helper.from_array(ch, s + "_ch"),
-            numpy_helper.from_array(np.zeros(N, np.uint8), s + "_kz"),
-            lpbq._int4_tensor(s + "_qz", np.zeros(k.shape, np.int8)),
-        ]
-        new[dq.name] = [
-            helper.make_node(
-                "DequantizeLinear",
-                [s + "_k", s + "_ch", s + "_kz"],
-                [s + "_scale"],
-                axis=1,
-            ),
-            helper.make_node(
-                "DequantizeLinear",
-                [s + "_q", s + "_scale", s + "_qz"],
-                [dq.output[0]],
-                axis=0,
-                block_size=B,
-            ),
-        ]
+        ci, cn = lpbq.chain(s, lpbq.block_int4(w, B), dq.output[0], B)
+        inits += ci
+        new[dq.name] = cn
     nodes = []
     for n in g.node:
         if n.name in new:

@@ -102,33 +102,9 @@ def graph(form: str, M: int, K: int, N: int, island: str, path: str) -> None:
             )
         else:
             B = int(form.removeprefix("lpbq"))
-            q, k, ch = lpbq.block_int4(w, B)
-            inits += [
-                lpbq._int4_tensor("wq", q),
-                numpy_helper.from_array(k, "wk"),
-                numpy_helper.from_array(ch, "wch"),
-                numpy_helper.from_array(np.zeros(N, np.uint8), "wkz"),
-                lpbq._int4_tensor("wqz", np.zeros(k.shape, np.int8)),
-            ]
-            nodes.append(
-                helper.make_node(
-                    "DequantizeLinear",
-                    ["wk", "wch", "wkz"],
-                    ["ws"],
-                    name="k_dq",
-                    axis=1,
-                )
-            )
-            nodes.append(
-                helper.make_node(
-                    "DequantizeLinear",
-                    ["wq", "ws", "wqz"],
-                    ["wf"],
-                    name="w_dq",
-                    axis=0,
-                    block_size=B,
-                )
-            )
+            ci, cn = lpbq.chain("w", lpbq.block_int4(w, B), "wf", B)
+            inits += ci
+            nodes += cn
         nodes.append(helper.make_node("MatMul", ["xf", "wf"], ["yf"], name="mm"))
         nodes.append(
             helper.make_node("QuantizeLinear", ["yf", "sy", "zy"], ["yq"], name="y_q")

@@ -53,6 +53,40 @@ def cases(model: str) -> list[tuple[list[int], list[int], int]]:
     return out
 
 
+class Untied:
+    """`ck` with its tied head as its own tensor (`output.weight`), nothing else changed."""
+
+    def __init__(self, ck: Any) -> None:
+        from dataclasses import replace
+
+        self.base, self.family = ck, ck.family
+        self.config = replace(ck.config, tied=False)
+
+    def weights(self) -> Any:
+        from qhx_export.quant.methods import Replaced
+
+        w = self.base.weights()
+        return Replaced(w, {"output.weight": w["token_embd.weight"]})
+
+
+def with_head(ck: Any, rep: dict[str, Any], how: str) -> tuple[Any, dict[str, Any]]:
+    """`ck` untied where it is tied, and `rep` with its lm-head quantized as the bundles do: int8
+    per vocabulary row, or int4 LPBQ (the final norm stays apart, as in the lm-head graph)."""
+    import numpy as np
+    from qhx_export.quant.gptq import dequant
+    from qhx_export.quant.lpbq import block_int4
+
+    view = Untied(ck) if ck.config.tied else ck
+    h = np.asarray(view.weights()["output.weight"], np.float32)  # [vocab, hidden]
+    if how == "int8":
+        s = np.abs(h).max(axis=1, keepdims=True) / 127
+        s[s == 0] = 1
+        hq = np.clip(np.round(h / s), -127, 127) * s
+    else:
+        hq = dequant(*block_int4(h.T)).T
+    return view, {**rep, "output.weight": hq.astype(np.float32)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="quant_methods")
     ap.add_argument("--model", choices=sorted(MODELS), default="smollm2")
@@ -79,7 +113,17 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="layers per calibration forward (1: sequential)",
     )
-    ap.add_argument("--keep", default="", help="weight kinds left unquantized (e.g. attn_v: what keeping them costs)")
+    ap.add_argument(
+        "--keep",
+        default="",
+        help="weight kinds left unquantized (e.g. attn_v: what keeping them costs)",
+    )
+    ap.add_argument(
+        "--head",
+        default="float",
+        choices=("float", "int8", "int4"),
+        help="the lm-head too (int8 per channel, int4 LPBQ)",
+    )
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     from qhx_export.quant import corpus
@@ -110,11 +154,16 @@ def main(argv: list[str] | None = None) -> int:
                 group=a.group,
                 skip=[k for k in a.keep.split(",") if k],
             )
-            res = proxy(ck, cs, sol.dequantized())
+            rep = sol.dequantized()
+            view = ck
+            if a.head != "float":
+                view, rep = with_head(ck, rep, a.head)
+            res = proxy(view, cs, rep)
             row = {
                 "rotate": rot,
                 "group": a.group,
                 "kept_float": a.keep,
+                "head": a.head,
                 **sol.summary(),
                 "agreement": round(res.agreement, 4),
                 "lowest_prompt": round(min(res.per_seq), 4),

@@ -100,10 +100,17 @@ def hessians(
     acc: dict[str, np.ndarray] = {}
     last_kind = "ffn_down"
 
+    last: list[tuple[np.ndarray, np.ndarray]] = []  # q/k/v (gate/up) read one input: one product
+
     def on_input(name: str, x: np.ndarray) -> None:
-        x2 = x.reshape(-1, x.shape[-1]).astype(np.float64)
-        h = x2.T @ x2
-        acc[name] = acc[name] + h if name in acc else h
+        if last and last[0][0] is x:
+            h = last[0][1]
+        else:
+            # one sequence's product in float32 (a few hundred rows), the sum over them in float64
+            x2 = np.ascontiguousarray(x.reshape(-1, x.shape[-1]), np.float32)
+            h = (x2.T @ x2).astype(np.float64)
+            last[:] = [(x, h)]
+        acc[name] = acc[name] + h if name in acc else h.copy()
         if layer_of(name) == last and name.split(".")[2] == last_kind:
             raise StopForward
 

@@ -62,6 +62,40 @@ def _int4_tensor(name: str, values: np.ndarray) -> object:
 Triple = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
+def chain(stem: str, t: Triple, out: str, block: int = BLOCK) -> tuple[list[object], list[object]]:
+    """The initializers and the two DequantizeLinear nodes that make the float weight `out` from
+    an LPBQ triple (the form the module docstring shows); names start with `stem`."""
+    from onnx import helper, numpy_helper
+
+    q, k, ch = t
+    names = {s: f"{stem}_lpbq_{s}" for s in ("q", "k", "ch", "kzp", "qzp", "scale")}
+    inits = [
+        _int4_tensor(names["q"], q),
+        numpy_helper.from_array(k, names["k"]),
+        numpy_helper.from_array(ch, names["ch"]),
+        numpy_helper.from_array(np.zeros(ch.shape, np.uint8), names["kzp"]),
+        _int4_tensor(names["qzp"], np.zeros(k.shape, np.int8)),
+    ]
+    nodes = [
+        helper.make_node(
+            "DequantizeLinear",
+            [names["k"], names["ch"], names["kzp"]],
+            [names["scale"]],
+            name=f"{stem}_lpbq_scale_dq",
+            axis=1,
+        ),
+        helper.make_node(
+            "DequantizeLinear",
+            [names["q"], names["scale"], names["qzp"]],
+            [out],
+            name=f"{stem}_lpbq_dq",
+            axis=0,
+            block_size=block,
+        ),
+    ]
+    return inits, nodes
+
+
 def from_solution(w: np.ndarray, solved: Triple, where: str) -> Triple:
     """A graph weight w [K, N] that is a multiple of a checkpoint tensor (the q projection carries
     the folded score scale) with that tensor's solved triple: the solved q and k, w's own
@@ -84,7 +118,7 @@ def apply(
     nearest rounding, or `solve(checkpoint tensor)` (quant/methods.py) for weights whose source
     the graph records. Returns the number of weights rewritten."""
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, numpy_helper
     from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
 
     from qhx_export.graphs.decoder import WEIGHT_SOURCES_KEY
@@ -124,31 +158,8 @@ def apply(
             q, k, ch = from_solution(w, solve(sources[stem]), f"{qdq_path}: {sources[stem]}")
         else:
             q, k, ch = block_int4(w)
-        names = {s: f"{stem}_lpbq_{s}" for s in ("q", "k", "ch", "kzp", "qzp", "scale")}
-        new_inits += [
-            _int4_tensor(names["q"], q),
-            numpy_helper.from_array(k, names["k"]),
-            numpy_helper.from_array(ch, names["ch"]),
-            numpy_helper.from_array(np.zeros(ch.shape, np.uint8), names["kzp"]),
-            _int4_tensor(names["qzp"], np.zeros(k.shape, np.int8)),
-        ]
-        new_nodes[dq.name] = [
-            helper.make_node(
-                "DequantizeLinear",
-                [names["k"], names["ch"], names["kzp"]],
-                [names["scale"]],
-                name=f"{stem}_lpbq_scale_dq",
-                axis=1,
-            ),
-            helper.make_node(
-                "DequantizeLinear",
-                [names["q"], names["scale"], names["qzp"]],
-                [dq.output[0]],
-                name=f"{stem}_lpbq_dq",
-                axis=0,
-                block_size=BLOCK,
-            ),
-        ]
+        inits, new_nodes[dq.name] = chain(stem, (q, k, ch), dq.output[0])
+        new_inits += inits
         drop_inits.update(i for i in dq.input if i)
         done += 1
     if not done:
