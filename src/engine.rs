@@ -251,6 +251,7 @@ impl Engine {
         self.history.truncate(pos);
         self.history.extend_from_slice(ids);
         let t0 = Instant::now();
+        let moves0 = self.run.rung().1;
         let cancel = &cfg.cancel;
         let fed = self.run.feed(ids, &|| cancel.is_cancelled(), None)?;
         if !fed || cancel.is_cancelled() {
@@ -362,6 +363,8 @@ impl Engine {
         };
         stats.decode_ms = ms(t1);
         stats.generated_tokens = out.len();
+        (stats.ctx_rung, stats.rung_moves) = self.run.rung();
+        stats.rung_moves -= moves0.min(stats.rung_moves);
         stats.finish();
         Ok(Output {
             input_ids: ids.to_vec(),

@@ -31,6 +31,8 @@ pub struct Runner {
     pos: usize,
     /// The step whose past inputs hold the cache.
     home: usize,
+    /// Times the cache moved to another rung of a context ladder since the last reset.
+    rung_moves: usize,
     /// Where the last fed token's logits are, when a step produces them: (binding,
     /// output, row).
     logits_at: Option<(usize, usize, usize)>,
@@ -133,7 +135,8 @@ impl Runner {
             result,
             rope,
             pos: 0,
-            home: plan.steps.len() - 1,
+            home: plan.first_home(),
+            rung_moves: 0,
             logits_at: None,
             last: None,
             hidden: vec![0.0; hidden],
@@ -153,6 +156,12 @@ impl Runner {
         self.pos
     }
 
+    /// The cache capacity of the step that holds the cache now (the current rung of a
+    /// context ladder), and how often the cache moved between rungs since the last reset.
+    pub fn rung(&self) -> (usize, usize) {
+        (self.plan.steps[self.home].past, self.rung_moves)
+    }
+
     /// True when every graph's I/O is zero-copy (registered rpcmem buffers).
     pub fn zero_copy(&self) -> bool {
         self.bind.all_shared()
@@ -161,7 +170,8 @@ impl Runner {
     /// Forget the cache: every persistent mask slot hidden.
     pub fn reset(&mut self) -> Result<()> {
         self.pos = 0;
-        self.home = self.plan.steps.len() - 1;
+        self.home = self.plan.first_home();
+        self.rung_moves = 0;
         self.logits_at = None;
         self.last = None;
         for s in 0..self.persist.len() {
@@ -284,6 +294,9 @@ impl Runner {
         if let Some(h) = plan.home(s) {
             if h != self.home {
                 self.move_cache(self.home, h)?;
+                if self.plan.steps[h].past != self.plan.steps[self.home].past {
+                    self.rung_moves += 1;
+                }
                 self.home = h;
             }
         }

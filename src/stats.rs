@@ -16,6 +16,11 @@ pub struct Stats {
     pub prefill_tok_s: f64,
     pub decode_tok_s: f64,
     pub ms_per_tok: f64,
+    /// Cache capacity of the context-ladder rung the run ended on (the bundle's context
+    /// when it has no ladder).
+    pub ctx_rung: usize,
+    /// Times the cache moved to a larger (or, after a rewind, smaller) rung in this run.
+    pub rung_moves: usize,
 }
 
 impl Stats {
@@ -43,7 +48,11 @@ impl Stats {
             self.decode_ms,
             self.decode_tok_s,
             self.ms_per_tok
-        )
+        ) + &if self.rung_moves > 0 {
+            format!(" ctx_rung={} rung_moves={}", self.ctx_rung, self.rung_moves)
+        } else {
+            String::new()
+        }
     }
 }
 

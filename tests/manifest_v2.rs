@@ -154,3 +154,117 @@ fn a_schema_2_name_not_in_the_graph_is_named() {
     );
     assert!(stdout(&o).is_empty(), "{}", stdout(&o));
 }
+
+/// The step I/O of a schema 1 bundle's graph `key` (prefill / verify / decode) as a
+/// schema 2 step, its binary and graph name read from the manifest.
+fn v2_step(m: &Value, role: &str, key: &str, past: bool) -> Value {
+    let c = &m["artifacts"]["contexts"];
+    let r = &c[key];
+    let bin = r
+        .get("bin")
+        .cloned()
+        .unwrap_or_else(|| c["decode"]["bin"].clone());
+    let (inputs, outputs) = stack_io(past);
+    json!({"role": role, "bin": bin, "graph": r.get("graph"), "inputs": inputs, "outputs": outputs})
+}
+
+/// A two-rung context ladder (C = 24, then 64) built from two bundles of the same weights,
+/// each with a chunked prefill and a verify graph: the rungs' steps in one schema 2
+/// manifest, the lm-head of the larger.
+fn ladder_bundle(tag: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let d = tmp(tag);
+    let spec = |name: &str, ctx| SynthSpec {
+        name: name.into(),
+        ctx,
+        prefill: Some(8),
+        prefill_past: true,
+        verify: Some(4),
+        ..SynthSpec::default()
+    };
+    let small = qnn_emu::writer::write_bundle(&d, &spec("rung24", 24)).expect("write rung24");
+    let large = qnn_emu::writer::write_bundle(&d, &spec("rung64", 64)).expect("write rung64");
+    let mut steps = Vec::new();
+    for path in [&small, &large] {
+        let m: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        for (role, key) in [
+            ("prefill", "prefill"),
+            ("verify", "verify"),
+            ("decode", "decode"),
+        ] {
+            steps.push(v2_step(&m, role, key, true));
+        }
+    }
+    let (hin, hout) = head_names(&large, &d);
+    let mut m: Value = serde_json::from_slice(&std::fs::read(&large).unwrap()).unwrap();
+    let h = m["artifacts"]["contexts"]["lmhead"]["bin"].clone();
+    steps.push(
+        json!({"role": "head", "bin": h, "inputs": {hin: "hidden"}, "outputs": {hout: "logits"}}),
+    );
+    m["schema_version"] = json!(2);
+    m["artifacts"].as_object_mut().unwrap().remove("contexts");
+    m["plan"] = json!({"steps": steps});
+    let path = d.join("ladder.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+    (d, path, large)
+}
+
+/// Greedy ids and the JSON stats of a run.
+fn run_json(manifest: &Path, root: &Path, n: &str, prompt: &str, extra: &[&str]) -> Value {
+    let mut args = vec!["--json"];
+    args.extend_from_slice(extra);
+    let o = generate(manifest, root, n, prompt, &args, &[]);
+    assert!(o.status.success(), "{}: {}", manifest.display(), stderr(&o));
+    json(&o)
+}
+
+#[test]
+fn a_context_ladder_moves_up_a_rung_and_keeps_the_ids_of_its_largest_rung() {
+    let (d, ladder, large) = ladder_bundle("v2-ladder");
+    // 11 prompt tokens + 40 generated cross the 24-slot rung; a 30-token prompt starts
+    // past it (its prefill chunks move up mid-prompt).
+    for (prompt, n) in [
+        ("ladders climb", "40"),
+        ("a prompt longer than the first rung", "8"),
+    ] {
+        let want = run_json(&large, &d, n, prompt, &[]);
+        let got = run_json(&ladder, &d, n, prompt, &[]);
+        assert_eq!(
+            ids(&got, "output_ids"),
+            ids(&want, "output_ids"),
+            "{prompt:?}"
+        );
+        assert_eq!(got["stats"]["ctx_rung"], 64, "{prompt:?}: {got}");
+        assert_eq!(got["stats"]["rung_moves"], 1, "{prompt:?}: {got}");
+        assert_eq!(want["stats"]["rung_moves"], 0);
+        // Speculation verifies on whichever rung holds the cache, across the move too.
+        let spec = run_json(&ladder, &d, n, prompt, &["--spec", "lookup"]);
+        assert_eq!(
+            ids(&spec, "output_ids"),
+            ids(&want, "output_ids"),
+            "{prompt:?} --spec lookup"
+        );
+    }
+    // A short run stays on the small rung.
+    let short = run_json(&ladder, &d, "4", "short", &[]);
+    assert_eq!(short["stats"]["ctx_rung"], 24, "{short}");
+    assert_eq!(short["stats"]["rung_moves"], 0);
+}
+
+#[test]
+fn ladder_rungs_must_grow() {
+    let (d, ladder, _) = ladder_bundle("v2-ladder-order");
+    let mut m: Value = serde_json::from_slice(&std::fs::read(&ladder).unwrap()).unwrap();
+    let steps = m["plan"]["steps"].as_array_mut().unwrap();
+    // The 64 rung first, then the 24 rung: refused, naming the graph and both sizes.
+    let (a, b) = steps.split_at_mut(3);
+    a.swap_with_slice(&mut b[..3]);
+    let bad = d.join("ladder-descending.json");
+    std::fs::write(&bad, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+    let o = generate(&bad, &d, "4", "x", &[], &[]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("context ladder rungs must grow") && err.contains("24") && err.contains("64"),
+        "{err}"
+    );
+}

@@ -189,17 +189,30 @@ pub fn load(m: Manifest, backend: &Path, system: &Path, opts: &LoadOptions) -> R
     })
 }
 
+/// Rows of the plan's verify step (the one that admits a chunk of drafts), if any.
+fn verify_rows(plan: &Plan) -> Option<usize> {
+    plan.steps
+        .iter()
+        .find(|s| matches!(s.admit, plan::Admit::Chunk { .. }))
+        .map(|s| s.rows)
+}
+
+/// `C1→C2→` before the largest context of a ladder (empty without one).
+fn ladder_prefix(plan: &Plan) -> String {
+    let rungs = plan.rungs();
+    let (_, smaller) = rungs.split_last().expect("a plan has a rung");
+    smaller
+        .iter()
+        .map(|&s| format!("{}→", plan.steps[s].past))
+        .collect()
+}
+
 /// The banner and bench facts of a manifest bundle.
 fn about(m: &Manifest, plan: &Plan, max_ctx: usize) -> About {
     let name = if m.name.is_empty() { "model" } else { &m.name };
     let io = plan.io_dtypes().0;
     let mut files = vec![m.embed.clone()];
-    for r in m
-        .prefill
-        .iter()
-        .chain(&m.verify)
-        .chain([&m.decode, &m.lmhead])
-    {
+    for r in m.graph_refs() {
         if !files.contains(&r.bin) {
             files.push(r.bin.clone());
         }
@@ -215,16 +228,16 @@ fn about(m: &Manifest, plan: &Plan, max_ctx: usize) -> About {
                 .unwrap_or_default()
         ),
         details: format!(
-            "prefill {}{} | ctx {max_ctx} | I/O {io}",
+            "prefill {}{} | ctx {}{max_ctx} | I/O {io}",
             match (&m.prefill, plan.steps.first()) {
                 (Some(_), Some(pre)) => format!("P={}", pre.rows),
                 _ => "none (decode-over-prompt)".to_string(),
             },
-            // The verify step is the one before decode.
-            match (&m.verify, plan.steps.iter().rev().nth(1)) {
-                (Some(_), Some(v)) => format!(" | verify {} rows", v.rows),
+            match (&m.verify, verify_rows(plan)) {
+                (Some(_), Some(rows)) => format!(" | verify {rows} rows"),
                 _ => String::new(),
-            }
+            },
+            ladder_prefix(plan),
         ),
         model_type: format!("{name} ({})", m.arch.as_str()),
         files,
@@ -254,12 +267,7 @@ fn check_files(m: &Manifest) -> Result<()> {
 /// The distinct binaries of a bundle, in manifest order.
 fn binaries(m: &Manifest) -> Vec<PathBuf> {
     let mut bins: Vec<PathBuf> = Vec::new();
-    for r in m
-        .prefill
-        .iter()
-        .chain(&m.verify)
-        .chain([&m.decode, &m.lmhead])
-    {
+    for r in m.graph_refs() {
         if !bins.contains(&r.bin) {
             bins.push(r.bin.clone());
         }

@@ -16,11 +16,20 @@ use crate::kv::KvShape;
 use crate::ops::embed::EmbedTable;
 use crate::qnn::{GraphDesc, TensorDesc};
 
-/// The graphs of a manifest bundle, picked by role (see `model::pick_graph`).
+/// The graphs of one rung of a manifest bundle (see [`Manifest::ladder`]).
+pub struct RungGraphs<G> {
+    pub prefill: Option<(G, GraphDesc)>,
+    pub verify: Option<(G, GraphDesc)>,
+    pub decode: (G, GraphDesc),
+}
+
+/// The graphs of a manifest bundle, picked by role (see `model::pick_graph`): the
+/// largest rung's, the smaller rungs' (smallest first) and the lm-head.
 pub struct Graphs<G> {
     pub prefill: Option<(G, GraphDesc)>,
     pub verify: Option<(G, GraphDesc)>,
     pub decode: (G, GraphDesc),
+    pub ladder: Vec<RungGraphs<G>>,
     pub lmhead: (G, GraphDesc),
 }
 
@@ -31,6 +40,22 @@ impl<G> Graphs<G> {
         m: &Manifest,
         mut find: impl FnMut(&GraphRef, GraphRole) -> Result<(G, GraphDesc)>,
     ) -> Result<Graphs<G>> {
+        let mut ladder = Vec::new();
+        for r in &m.ladder {
+            ladder.push(RungGraphs {
+                prefill: r
+                    .prefill
+                    .as_ref()
+                    .map(|g| find(g, GraphRole::Prefill))
+                    .transpose()?,
+                verify: r
+                    .verify
+                    .as_ref()
+                    .map(|g| find(g, GraphRole::Verify))
+                    .transpose()?,
+                decode: find(&r.decode, GraphRole::Decode)?,
+            });
+        }
         Ok(Graphs {
             prefill: m
                 .prefill
@@ -43,25 +68,24 @@ impl<G> Graphs<G> {
                 .map(|r| find(r, GraphRole::Verify))
                 .transpose()?,
             decode: find(&m.decode, GraphRole::Decode)?,
+            ladder,
             lmhead: find(&m.lmhead, GraphRole::LmHead)?,
         })
     }
 }
 
-/// Resolve and check a manifest bundle's graphs against its params.
-pub fn resolve<G>(m: &Manifest, g: Graphs<G>, embed: Option<EmbedTable>) -> Result<Plan<G>> {
-    for d in g
-        .prefill
-        .iter()
-        .chain(&g.verify)
-        .map(|(_, d)| d)
-        .chain([&g.decode.1, &g.lmhead.1])
-    {
-        super::check_dtypes(d)?;
-    }
-    let p = &m.params;
-    let types = layer_types(m, &g.decode.1)?;
-    let decode = stack_step(m, &types, &m.decode, g.decode.0, g.decode.1, Stack::Decode)?;
+/// One rung's steps, resolved: (prefill, verify, decode).
+type RungSteps<G> = (Option<Step<G>>, Option<Step<G>>, Step<G>);
+
+/// Resolve one rung's graphs into steps, checking that its prefill and verify read its
+/// decode cache as they must.
+fn rung_steps<G>(
+    m: &Manifest,
+    types: &[LayerType],
+    refs: (Option<&GraphRef>, Option<&GraphRef>, &GraphRef),
+    g: RungGraphs<G>,
+) -> Result<RungSteps<G>> {
+    let decode = stack_step(m, types, refs.2, g.decode.0, g.decode.1, Stack::Decode)?;
     if let Some(w) = m.layers.window {
         if w > decode.past {
             return Err(Error::graph(
@@ -73,36 +97,91 @@ pub fn resolve<G>(m: &Manifest, g: Graphs<G>, embed: Option<EmbedTable>) -> Resu
             ));
         }
     }
-    let mut steps = Vec::new();
-    if let Some((graph, desc)) = g.prefill {
-        let r = m.prefill.as_ref().unwrap_or(&m.decode);
-        steps.push(stack_step(m, &types, r, graph, desc, Stack::Prefill)?);
-    }
-    if let Some((graph, desc)) = g.verify {
-        let r = m.verify.as_ref().unwrap_or(&m.decode);
-        let v = stack_step(m, &types, r, graph, desc, Stack::Verify)?;
-        if let Some(pre) = steps.first() {
-            if pre.rows <= v.rows {
-                return Err(Error::graph(
-                    v.name(),
-                    format!(
-                        "a verify graph takes fewer rows than the prefill graph ({} rows), this one {}",
-                        pre.rows, v.rows
-                    ),
-                ));
+    let prefill = match g.prefill {
+        Some((graph, desc)) => {
+            let r = refs.0.unwrap_or(refs.2);
+            Some(stack_step(m, types, r, graph, desc, Stack::Prefill)?)
+        }
+        None => None,
+    };
+    let verify = match g.verify {
+        Some((graph, desc)) => {
+            let r = refs.1.unwrap_or(refs.2);
+            let v = stack_step(m, types, r, graph, desc, Stack::Verify)?;
+            if let Some(pre) = &prefill {
+                if pre.rows <= v.rows {
+                    return Err(Error::graph(
+                        v.name(),
+                        format!(
+                            "a verify graph takes fewer rows than the prefill graph ({} rows), this one {}",
+                            pre.rows, v.rows
+                        ),
+                    ));
+                }
             }
+            Some(v)
         }
-        steps.push(v);
-    }
-    // Steps with past inputs read the decode cache in place: decode is pushed last.
-    let owner = steps.len();
-    for st in &mut steps {
+        None => None,
+    };
+    for st in prefill.iter().chain(&verify) {
         check_prefill_shares_cache(st, &decode)?;
+    }
+    Ok((prefill, verify, decode))
+}
+
+/// Resolve and check a manifest bundle's graphs against its params. Steps are ordered
+/// prefills, verifies, decodes, each group by rung (smallest cache first), so the runner's
+/// first admitting step is the smallest rung that holds the position.
+pub fn resolve<G>(m: &Manifest, g: Graphs<G>, embed: Option<EmbedTable>) -> Result<Plan<G>> {
+    for d in g
+        .ladder
+        .iter()
+        .flat_map(|r| r.prefill.iter().chain(&r.verify).chain([&r.decode]))
+        .chain(g.prefill.iter())
+        .chain(&g.verify)
+        .map(|(_, d)| d)
+        .chain([&g.decode.1, &g.lmhead.1])
+    {
+        super::check_dtypes(d)?;
+    }
+    let p = &m.params;
+    let types = layer_types(m, &g.decode.1)?;
+    let mut rungs = Vec::new();
+    for (r, rg) in m.ladder.iter().zip(g.ladder) {
+        let refs = (r.prefill.as_ref(), r.verify.as_ref(), &r.decode);
+        rungs.push(rung_steps(m, &types, refs, rg)?);
+    }
+    let top = RungGraphs {
+        prefill: g.prefill,
+        verify: g.verify,
+        decode: g.decode,
+    };
+    let refs = (m.prefill.as_ref(), m.verify.as_ref(), &m.decode);
+    rungs.push(rung_steps(m, &types, refs, top)?);
+    check_ladder(&rungs)?;
+    let n = rungs.len();
+    let (mut prefills, mut verifies, mut decodes) = (Vec::new(), Vec::new(), Vec::new());
+    for (pre, ver, dec) in rungs {
+        prefills.extend(pre);
+        verifies.extend(ver);
+        decodes.push(dec);
+    }
+    // A prefill without past inputs (an AR=P window from an empty cache) runs first of all.
+    prefills.sort_by_key(|s| s.past);
+    let mut steps: Vec<Step<G>> = prefills.into_iter().chain(verifies).collect();
+    // Steps with past inputs read their rung's decode cache in place.
+    let first_decode = steps.len();
+    for st in &mut steps {
         if st.has_past() {
-            st.cache_owner = Some(owner);
+            let k = decodes
+                .iter()
+                .position(|d| d.past == st.past)
+                .expect("rung_steps checked each reads its decode cache");
+            st.cache_owner = Some(first_decode + k);
         }
     }
-    steps.push(decode);
+    steps.extend(decodes);
+    debug_assert_eq!(steps.len() - first_decode, n);
     check_lmhead(m, &g.lmhead.1)?;
     let ctx = steps.last().map_or(0, |s| s.past);
     Ok(Plan {
@@ -129,6 +208,48 @@ pub fn resolve<G>(m: &Manifest, g: Graphs<G>, embed: Option<EmbedTable>) -> Resu
         pad_id: 0,
         max_ctx: p.max_ctx.min(ctx),
     })
+}
+
+/// A context ladder's rungs: caches strictly growing, one prefill without past inputs at
+/// most (it starts from an empty cache whatever the rung), and every rung's decode graph
+/// taking the same tensors but for the cache length.
+fn check_ladder<G>(rungs: &[RungSteps<G>]) -> Result<()> {
+    for w in rungs.windows(2) {
+        let (a, b) = (&w[0].2, &w[1].2);
+        if a.past >= b.past {
+            return Err(Error::graph(
+                b.name(),
+                format!(
+                    "context ladder rungs must grow: its cache holds {} positions, the rung before {}",
+                    b.past, a.past
+                ),
+            ));
+        }
+        if a.layers.len() != b.layers.len() || a.states.len() != b.states.len() {
+            return Err(Error::graph(
+                b.name(),
+                format!("has other layers than the rung before ({})", a.name()),
+            ));
+        }
+    }
+    let windows = rungs
+        .iter()
+        .filter_map(|r| r.0.as_ref())
+        .filter(|p| !p.has_past())
+        .count();
+    if windows > 1 {
+        return Err(Error::graph(
+            rungs[0].2.name(),
+            "a context ladder has one prefill without past inputs at most (it starts every rung)",
+        ));
+    }
+    if rungs.len() > 1 && rungs.iter().any(|r| !r.2.states.is_empty()) {
+        return Err(Error::graph(
+            rungs[0].2.name(),
+            "a context ladder cannot carry conv layers' state from rung to rung yet",
+        ));
+    }
+    Ok(())
 }
 
 fn find<'a>(

@@ -260,6 +260,28 @@ impl<G> Plan<G> {
         st.has_past().then(|| st.cache_owner.unwrap_or(s))
     }
 
+    /// The context ladder: the steps that hold a cache of their own and take the decode
+    /// step's rows, smallest cache first (one entry, the decode step, without a ladder).
+    pub fn rungs(&self) -> Vec<usize> {
+        let rows = self.decode().rows;
+        let mut v: Vec<usize> = (0..self.steps.len())
+            .filter(|&s| {
+                let st = &self.steps[s];
+                st.rows == rows && st.has_past() && st.cache_owner.is_none()
+            })
+            .collect();
+        v.sort_by_key(|&s| self.steps[s].past);
+        if v.is_empty() {
+            v.push(self.steps.len() - 1);
+        }
+        v
+    }
+
+    /// Where the cache lives before the first token: the smallest rung.
+    pub fn first_home(&self) -> usize {
+        self.rungs()[0]
+    }
+
     /// True when some layer carries recurrent state: such a plan cannot rewind by
     /// position (the state of an earlier position is gone).
     pub fn has_state(&self) -> bool {

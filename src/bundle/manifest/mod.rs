@@ -342,6 +342,9 @@ pub struct Manifest {
     /// The speculative-decoding verify graph, when the bundle has one.
     pub verify: Option<GraphRef>,
     pub decode: GraphRef,
+    /// The smaller rungs of a context ladder, smallest first (schema 2); `prefill`,
+    /// `verify` and `decode` above are the largest rung's.
+    pub ladder: Vec<steps::Rung>,
     pub lmhead: GraphRef,
     pub embed: PathBuf,
     pub embed_dtype: EmbedDtype,
@@ -356,10 +359,27 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// Every graph reference, ladder rungs first, then prefill, verify, decode and the
+    /// lm-head (the order binaries are listed and loaded in).
+    pub fn graph_refs(&self) -> Vec<&GraphRef> {
+        let mut v = Vec::new();
+        for r in &self.ladder {
+            v.extend(r.prefill.iter().chain(&r.verify).chain([&r.decode]));
+        }
+        v.extend(self.prefill.iter().chain(&self.verify));
+        v.extend([&self.decode, &self.lmhead]);
+        v
+    }
+
     /// What the manifest declares, in the shape a Genie config's is given too.
     pub fn declared(&self) -> Declared {
         let mut files = vec![("tokenizer", self.tokenizer.clone())];
         files.push(("embedding table", self.embed.clone()));
+        for r in &self.ladder {
+            for g in r.prefill.iter().chain(&r.verify).chain([&r.decode]) {
+                files.push(("context-ladder binary", g.bin.clone()));
+            }
+        }
         if let Some(r) = &self.prefill {
             files.push(("prefill binary", r.bin.clone()));
         }
@@ -550,7 +570,7 @@ impl Manifest {
             }
             Ok(root.join(name))
         };
-        let (prefill, verify, decode, lmhead) = if raw.schema_version >= 2 {
+        let (prefill, verify, decode, ladder, lmhead) = if raw.schema_version >= 2 {
             if raw.artifacts.contexts.is_some() {
                 return Err(err(
                     "artifacts.contexts: schema_version 2 names its graphs in plan.steps, not here"
@@ -572,7 +592,7 @@ impl Manifest {
                 })
             };
             let st = steps::resolve(st, &bin).map_err(err)?;
-            (st.prefill, st.verify, st.decode, st.head)
+            (st.prefill, st.verify, st.decode, st.ladder, st.head)
         } else {
             if raw.plan.steps.is_some() {
                 return Err(err("plan.steps: needs schema_version 2".into()));
@@ -635,7 +655,7 @@ impl Manifest {
                 .map(|r| gref(r, "artifacts.contexts.verify", true))
                 .transpose()?;
             let lmhead = gref(&c.lmhead, "artifacts.contexts.lmhead", false)?;
-            (prefill, verify, decode, lmhead)
+            (prefill, verify, decode, Vec::new(), lmhead)
         };
         let (embed_name, embed_dtype) = match &raw.artifacts.embed {
             EmbedRef::File(f) => (f.as_str(), EmbedDtype::F16),
@@ -653,6 +673,7 @@ impl Manifest {
             prefill,
             verify,
             decode,
+            ladder,
             lmhead,
             embed: resolve(embed_name, "artifacts.embed")?,
             embed_dtype,
@@ -1022,8 +1043,8 @@ mod tests {
             ),
             (
                 r#""role":"prefill""#,
-                r#""role":"decode""#,
-                r#"roles are ["decode", "decode", "head"]"#,
+                r#""role":"head""#,
+                r#"roles are ["head", "decode", "head"]"#,
             ),
             (
                 r#""h":"embedding""#,

@@ -52,13 +52,45 @@ const NOT_YET: &[&str] = &[
     "sliding_mask",
 ];
 
-/// The graphs of `plan.steps`: prefill and verify (each optional), decode, head, in that
-/// order.
+/// The graphs of one context rung: a decode graph with the prefill and verify graphs over
+/// the same cache capacity (each optional).
+#[derive(Debug, Clone)]
+pub struct Rung {
+    pub prefill: Option<GraphRef>,
+    pub verify: Option<GraphRef>,
+    pub decode: GraphRef,
+}
+
+/// The graphs of `plan.steps`: the largest rung's prefill and verify (each optional) and
+/// decode, the smaller rungs of a context ladder (ascending), and the head.
 pub struct Steps {
     pub prefill: Option<GraphRef>,
     pub verify: Option<GraphRef>,
     pub decode: GraphRef,
+    pub ladder: Vec<Rung>,
     pub head: GraphRef,
+}
+
+/// Indices of one rung's (prefill, verify, decode) steps.
+type RungAt = (Option<usize>, Option<usize>, usize);
+
+/// Split the roles into rungs, each `[prefill,] [verify,] decode`, then `head`.
+fn rung_groups(roles: &[&str]) -> Option<Vec<RungAt>> {
+    let (last, body) = roles.split_last()?;
+    if *last != "head" {
+        return None;
+    }
+    let mut groups = Vec::new();
+    let (mut pre, mut ver) = (None, None);
+    for (k, r) in body.iter().enumerate() {
+        match *r {
+            "prefill" if pre.is_none() && ver.is_none() => pre = Some(k),
+            "verify" if ver.is_none() => ver = Some(k),
+            "decode" => groups.push((pre.take(), ver.take(), k)),
+            _ => return None,
+        }
+    }
+    (pre.is_none() && ver.is_none() && !groups.is_empty()).then_some(groups)
 }
 
 /// Check `steps` and turn them into graph references; `bin` resolves a file name (with
@@ -68,17 +100,11 @@ pub fn resolve(
     bin: &dyn Fn(&str, &str) -> Result<PathBuf, String>,
 ) -> Result<Steps, String> {
     let roles: Vec<&str> = steps.iter().map(|s| s.role.as_str()).collect();
-    if !matches!(
-        roles.as_slice(),
-        ["decode", "head"]
-            | ["prefill", "decode", "head"]
-            | ["verify", "decode", "head"]
-            | ["prefill", "verify", "decode", "head"]
-    ) {
+    let Some(groups) = rung_groups(&roles) else {
         return Err(format!(
-            "plan.steps: roles are {roles:?}; schema_version 2 takes [\"prefill\",] [\"verify\",] \"decode\", \"head\" in that order"
+            "plan.steps: roles are {roles:?}; schema_version 2 takes one or more rungs of [\"prefill\",] [\"verify\",] \"decode\" (a context ladder, smallest first), then \"head\""
         ));
-    }
+    };
     let mut refs = Vec::new();
     for (k, s) in steps.iter().enumerate() {
         let at = format!("plan.steps[{k}]");
@@ -112,19 +138,28 @@ pub fn resolve(
                 "{at}.inputs: \"past_key\" and \"past_value\" come together"
             ));
         }
-        refs.push(GraphRef {
+        refs.push(Some(GraphRef {
             bin: bin(&s.bin, &format!("{at}.bin"))?,
             graph: s.graph.clone(),
             io,
-        });
+        }));
     }
-    let head = refs.pop().expect("two to four steps, checked above");
-    let decode = refs.pop().expect("checked above");
-    let verify = (roles.contains(&"verify")).then(|| refs.pop()).flatten();
+    let mut take = |k: usize| refs[k].take().expect("each step is taken once");
+    let head = take(steps.len() - 1);
+    let mut ladder: Vec<Rung> = groups
+        .into_iter()
+        .map(|(p, v, d)| Rung {
+            prefill: p.map(&mut take),
+            verify: v.map(&mut take),
+            decode: take(d),
+        })
+        .collect();
+    let top = ladder.pop().expect("at least one rung, checked above");
     Ok(Steps {
-        prefill: refs.pop(),
-        verify,
-        decode,
+        prefill: top.prefill,
+        verify: top.verify,
+        decode: top.decode,
+        ladder,
         head,
     })
 }
