@@ -247,6 +247,7 @@ fn info_json(path: &Path, size: usize, info: &BinaryInfo) -> Value {
                 "role": graph_role(g),
                 "inputs": g.inputs.iter().map(|t| tensor_json(t, true, past)).collect::<Vec<_>>(),
                 "outputs": g.outputs.iter().map(|t| tensor_json(t, false, past)).collect::<Vec<_>>(),
+                "weight_bytes": g.weights.map(|w| json!({"own": w.own, "shared": w.shared})),
             })
         }).collect::<Vec<_>>(),
     })
@@ -266,9 +267,16 @@ fn write_text(out: &mut impl Write, path: &Path, size: usize, info: &BinaryInfo)
     )?;
     for g in &info.graphs {
         let past = g.inputs.iter().any(|t| t.name.starts_with("past_"));
+        let weights = g.weights.map_or(String::new(), |w| {
+            format!(
+                "; weights {:.1} MB own, {:.1} MB shared",
+                w.own as f64 / 1e6,
+                w.shared as f64 / 1e6
+            )
+        });
         writeln!(
             out,
-            "  graph {} (role guess: {}): {} inputs, {} outputs",
+            "  graph {} (role guess: {}): {} inputs, {} outputs{weights}",
             g.name,
             graph_role(g),
             g.inputs.len(),

@@ -43,8 +43,11 @@ pub fn print_banner(req: &Request, loaded: &Loaded, engine: &Engine) {
     for k in &about.unused_keys {
         crate::elog!("qhx: note: manifest key {k} is not used by this version (ignored)");
     }
-    for (bin, ms) in loaded.context_ms() {
-        crate::elog!("qhx: context {} loaded in {ms:.1} ms", bin.display());
+    for (bin, ms, rss) in loaded.context_ms() {
+        let rss = rss.map_or(String::new(), |b| {
+            format!(", resident {:.1} MB after", b as f64 / 1e6)
+        });
+        crate::elog!("qhx: context {} loaded in {ms:.1} ms{rss}", bin.display());
     }
     let io_mode = match (rt.rpcmem_path(), rt.zero_copy_refused()) {
         (Some(p), _) if engine.zero_copy() => format!("rpcmem zero-copy ({})", p.display()),

@@ -56,7 +56,11 @@ pub fn load(
             progress(&format!("context {}/{n} ({name})", k + 1));
             let tc = Instant::now();
             graphs.extend(load_context(&rt, bin)?);
-            context_ms.push((bin.clone(), tc.elapsed().as_secs_f64() * 1000.0));
+            context_ms.push((
+                bin.clone(),
+                tc.elapsed().as_secs_f64() * 1000.0,
+                crate::os::resident_bytes(),
+            ));
         }
         Ok((rt, rpcmem_note, warnings, graphs, context_ms))
     })();
@@ -140,6 +144,7 @@ fn load_context(rt: &Arc<Runtime>, bin: &Path) -> Result<Vec<(Graph, GraphDesc)>
     let file = std::fs::File::open(bin).map_err(|e| Error::io(bin, e))?;
     let map = crate::os::map_file(&file, bin)?;
     let info = qnn::read_binary_info(rt, &map, bin)?;
+    qnn::check_loadable(&info, bin)?;
     let ctx: Arc<Context> = Context::from_binary(rt, &map, bin)?;
     drop(map);
     let mut graphs = Vec::new();
@@ -204,6 +209,7 @@ mod tests {
                 t("past_value_0_out", f, &[2, 1, ar, 8]),
             ],
             tensor_version: 1,
+            weights: None,
         }
     }
 
@@ -266,6 +272,7 @@ mod tests {
             ],
             outputs: vec![k_out],
             tensor_version: 1,
+            weights: None,
         };
         let e = check_graphs(&config(8), Path::new("/b/g.json"), vec![a, b], 30).unwrap_err();
         let msg = e.to_string();

@@ -320,10 +320,11 @@ fn create_contexts(
     infos: &HashMap<PathBuf, BinaryInfo>,
     opts: &LoadOptions,
     progress: &(dyn Fn(&str) + Sync),
-) -> Result<(Contexts, Vec<(PathBuf, f64)>)> {
+) -> Result<(Contexts, Vec<super::model::ContextStat>)> {
     let bins = binaries(m);
     let n = bins.len();
-    let load_one = |bin: &PathBuf| -> Result<(Arc<Context>, BinaryInfo, f64)> {
+    type Loaded = (Arc<Context>, BinaryInfo, f64, Option<u64>);
+    let load_one = |bin: &PathBuf| -> Result<Loaded> {
         if opts.cancel.is_cancelled() {
             return Err(Error::Cancelled);
         }
@@ -331,17 +332,19 @@ fn create_contexts(
         let name = bin.file_name().unwrap_or_default().to_string_lossy();
         progress(&format!("context {}/{n} ({name})", i + 1));
         let tc = Instant::now();
+        qnn::check_loadable(&infos[bin], bin)?;
         let map = map_binary(bin)?;
         let ctx = Context::from_binary(rt, &map, bin)?;
         drop(map);
-        Ok((ctx, infos[bin].clone(), t0_ms(tc)))
+        let ms = t0_ms(tc);
+        Ok((ctx, infos[bin].clone(), ms, crate::os::resident_bytes()))
     };
     let results = run_in_order(&bins, opts.context_load, load_one);
     let mut contexts = Contexts::new();
     let mut context_ms = Vec::new();
     for (bin, r) in bins.iter().zip(results) {
-        let (ctx, info, ms) = r?;
-        context_ms.push((bin.clone(), ms));
+        let (ctx, info, ms, rss) = r?;
+        context_ms.push((bin.clone(), ms, rss));
         contexts.insert(bin.clone(), (ctx, info));
     }
     Ok((contexts, context_ms))

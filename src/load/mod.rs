@@ -11,7 +11,7 @@ use crate::bundle::{Source, Spec};
 use crate::error::Result;
 use crate::qnn::Runtime;
 use crate::tokenizer::Tokenizer;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 /// The device's HTP arch (e.g. 79), from a backend opened only to ask.
@@ -73,7 +73,7 @@ impl Loaded {
         &self.0.rt
     }
 
-    pub fn context_ms(&self) -> &[(PathBuf, f64)] {
+    pub fn context_ms(&self) -> &[model::ContextStat] {
         &self.0.context_ms
     }
 

@@ -11,6 +11,9 @@ use std::sync::Arc;
 /// A loaded bundle, whichever kind it was: a qhx manifest and a Genie config each have a
 /// loader ([`super::manifest`], [`super::genie`]) that resolves the graphs
 /// into a [`Plan`] and fills the rest; nothing after the load asks which kind it was.
+/// One context's load: its binary, milliseconds to create it, resident bytes just after.
+pub type ContextStat = (PathBuf, f64, Option<u64>);
+
 pub struct Model {
     /// What the bundle is, for the banner and bench rows.
     pub about: About,
@@ -27,7 +30,9 @@ pub struct Model {
     pub max_ctx: usize,
     pub load_ms: f64,
     /// Per context binary: (file, ms to create).
-    pub context_ms: Vec<(PathBuf, f64)>,
+    /// Per context binary: milliseconds to create its context, and the resident set size
+    /// just after (when the system reports it).
+    pub context_ms: Vec<ContextStat>,
     /// Why rpcmem is not in use (None when it is loaded).
     pub rpcmem_note: Option<String>,
     /// Problems that did not stop the load (e.g. a refused performance vote).

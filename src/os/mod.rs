@@ -14,6 +14,15 @@ pub fn map_file(file: &std::fs::File, path: &Path) -> Result<memmap2::Mmap> {
     unsafe { memmap2::Mmap::map(file) }.map_err(|e| Error::io(path, e))
 }
 
+/// The process's resident set size in bytes (`VmRSS` of /proc/self/status, Linux and
+/// Android); None where the system does not say.
+pub fn resident_bytes() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
 /// View little-endian bytes as f16 values when aligned (always true for rows of a mapped
 /// table: the map is page-aligned and rows are whole elements). None otherwise.
 pub fn bytes_as_f16(b: &[u8]) -> Option<&[half::f16]> {

@@ -50,6 +50,63 @@ pub struct GraphDesc {
     pub outputs: Vec<TensorDesc>,
     /// Tensor struct version the library used (1 or 2); execute tensors mirror it.
     pub tensor_version: u32,
+    /// The graph's weight bytes, when the binary records them (HTP, QAIRT 2.4x).
+    pub weights: Option<WeightBytes>,
+}
+
+/// A graph's constant bytes as its HTP graph blob records them: its own and those it
+/// shares with the other graphs of the binary (weight sharing).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WeightBytes {
+    pub own: u64,
+    pub shared: u64,
+}
+
+impl BinaryInfo {
+    /// Bytes of weights the binary's graphs share (the largest any graph records; 0 when
+    /// none is shared or the binary does not say).
+    pub fn shared_weight_bytes(&self) -> u64 {
+        self.graphs
+            .iter()
+            .filter_map(|g| g.weights)
+            .map(|w| w.shared)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Refuse, before any context is created, a binary this host's backend cannot load: on
+/// x86_64 the HTP library is the simulator, and its QAIRT 2.51 build fails to create a
+/// context whose graphs share weights ("Shared weights buffer isn't supported on this
+/// platform") and then crashes cleaning up. Devices load such binaries.
+pub fn check_loadable(info: &BinaryInfo, bin: &Path) -> Result<()> {
+    let shared = info.shared_weight_bytes();
+    if cfg!(target_arch = "x86_64") && shared > 0 {
+        return Err(Error::File {
+            path: bin.to_path_buf(),
+            msg: format!(
+                "its {} graphs share {:.1} MB of weights, which the x86_64 HTP simulator cannot load (a phone can); export with --no-weight-sharing to run the bundle here",
+                info.graphs.len(),
+                shared as f64 / 1e6
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The HTP graph blob of a GraphInfo V3, as QAIRT 2.51 writes it (seen in its binaries,
+/// not in a header): 112 bytes, the V1 member (version 1, 40 bytes) followed by a V2
+/// record (version u32 @40; ..., constSize u64 @88, ddrTensorSize @96, sharedWeightsSize
+/// @104). Shorter or other blobs record no weight bytes.
+fn blob_weights(blob: &[u8]) -> Option<WeightBytes> {
+    let u64_at = |o: usize| Some(u64::from_le_bytes(blob.get(o..o + 8)?.try_into().ok()?));
+    if blob.len() < 112 || u32_at(blob, 40)? != 2 {
+        return None;
+    }
+    Some(WeightBytes {
+        own: u64_at(88)?,
+        shared: u64_at(104)?,
+    })
 }
 
 #[derive(Debug, Clone)]
@@ -417,11 +474,30 @@ pub fn read_binary_info_with(
         // SAFETY: as above.
         let (outputs, vo) =
             unsafe { copy_tensors(v1.graph_outputs, v1.num_graph_outputs, &name, bin)? };
+        let weights = if v == 3 && stride == GRAPH_INFO_SIZES[2] {
+            let v3_at = at + std::mem::offset_of!(QnnSystemContextGraphInfo, u);
+            // SAFETY: a V3 element of the full 88-byte stride: its V3 member is readable.
+            let v3 = unsafe {
+                *((graphs as *const u8).add(v3_at) as *const QnnSystemContextGraphInfoV3)
+            };
+            let n = v3.graph_blob_info_size as usize;
+            if v3.graph_blob_info.is_null() || n == 0 || n > 4096 {
+                None
+            } else {
+                // SAFETY: the library's blob of the size it states, owned by `sys`.
+                let blob =
+                    unsafe { std::slice::from_raw_parts(v3.graph_blob_info as *const u8, n) };
+                blob_weights(blob)
+            }
+        } else {
+            None
+        };
         out.push(GraphDesc {
             name,
             inputs,
             outputs,
             tensor_version: vi.min(vo),
+            weights,
         });
     }
     Ok(BinaryInfo {
@@ -446,6 +522,28 @@ mod tests {
     //! `guess_stride` on synthetic binary-info arrays of every struct size QNN has used, with
     //! the field values that fooled the version-tag probe (review of 560418f).
     use super::*;
+
+    /// The 112-byte blob of a graph of a weight-shared QAIRT 2.51 binary (three graphs, two
+    /// 1024x1024 fp16 MatMuls): no weights of its own, 4 MiB + 4 KiB shared; and of the same
+    /// graph compiled alone: the same bytes its own.
+    #[test]
+    fn reads_weight_bytes_from_the_htp_graph_blob() {
+        let words = |w: &[u64]| -> Vec<u8> { w.iter().flat_map(|x| x.to_le_bytes()).collect() };
+        let shared = words(&[
+            1, 0, 0x400000, 0, 0, 2, 0x100, 0x40, 0, 0x4000, 0x4400, 0, 0, 0x401000,
+        ]);
+        let alone = words(&[
+            1, 0, 0x400000, 0, 0, 2, 0x100, 0x40, 0, 0x4000, 0x4400, 0x402000, 0, 0,
+        ]);
+        let w = |own, shared| Some(WeightBytes { own, shared });
+        assert_eq!(blob_weights(&shared), w(0, 0x401000));
+        assert_eq!(blob_weights(&alone), w(0x402000, 0));
+        // A V1-only blob (40 bytes) or another record after it says nothing.
+        assert_eq!(blob_weights(&shared[..40]), None);
+        let mut other = shared.clone();
+        other[40] = 3;
+        assert_eq!(blob_weights(&other), None);
+    }
 
     #[test]
     fn short_dtype_names() {

@@ -15,7 +15,8 @@ mod runtime;
 mod status;
 
 pub use binary::{
-    read_binary_info, read_binary_info_with, short_dtype, BinaryInfo, GraphDesc, TensorDesc,
+    check_loadable, read_binary_info, read_binary_info_with, short_dtype, BinaryInfo, GraphDesc,
+    TensorDesc, WeightBytes,
 };
 pub use buffer::{dtype_supported as buffer_dtype_supported, Binding, BindingSet, HostBuf};
 pub use context::{Context, Graph};

@@ -272,7 +272,8 @@ pub fn genie_graphs(s: &GenieShape) -> Vec<qnn::GraphDesc> {
                 inputs: ins,
                 outputs: outs,
                 tensor_version: 1,
-            });
+            weights: None,
+        });
         }
     }
     out
