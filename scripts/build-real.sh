@@ -83,7 +83,7 @@ build() {
     # the exporter stages DIR.partial and replaces DIR whole, so nothing stale survives; it
     # replaces only what it wrote, so the stamp this script wrote into DIR goes first
     rm -f "$d/.inputs-sha256"
-    PYTHONPATH="$PWD/export" "$py" -m qhx_export "$input" --target htp -o "$d" --force --arch v79 --keep-onnx "$@" >&2
+    PYTHONPATH="$PWD/export" "$py" -m qhx_export "$input" --target htp -o "$d" --force --arch v79 --keep-onnx --no-weight-sharing "$@" >&2
     printf '%s' "$key" >"$d/.inputs-sha256"
     echo "build-real: $d built in $((SECONDS - t0))s" >&2
 }

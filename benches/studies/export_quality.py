@@ -87,7 +87,8 @@ def export(
         name,
     ]
     cmd += ["--precision", precision, "--arch", "v79", "--ctx", "512", "--ar", "64"]
-    cmd += ["--keep-onnx", *(["--estimate"] if estimate else []), *extra]
+    # run on the simulator, which cannot load weight-shared binaries
+    cmd += ["--keep-onnx", "--no-weight-sharing", *(["--estimate"] if estimate else []), *extra]
     log(f"{precision}: qhx-export {' '.join(cmd[4:])}")
     t0 = time.monotonic()
     r = subprocess.run(cmd, check=False, stdout=subprocess.PIPE, text=True)

@@ -34,6 +34,9 @@ WEIGHT_KINDS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up
 # fp16 weight in a 4-bit graph costs ~13 % of a layer's time (issue 30), and the 4-bit methods
 # hold the quality without it
 DEFAULT_FP16_WEIGHTS = {"w8a16": ("attn_v",), "w4a16": ()}
+# --target htp: every graph of an arch in one weight-shared context binary, as phones load them
+# (the x86_64 HTP simulator cannot: bundles run there are written --no-weight-sharing)
+DEFAULT_WEIGHT_SHARING = True
 SOC_DEFAULT = {"v73": 57, "v75": 60, "v79": 69, "v81": 87}  # SM8550, SM8650, SM8750, SM8850
 EXIT_BAD_INPUT, EXIT_NOT_IMPLEMENTED, EXIT_INTERNAL, EXIT_VERIFY, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
 
@@ -87,7 +90,9 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--soc", type=int, metavar="N", help="soc_model (default 57/60/69/87 by arch)")
     ap.add_argument("--precision", choices=("fp16", "w8a16", "w4a16"), help="htp weights/activations")
-    ap.add_argument("--ctx", type=int, default=512, metavar="C", help="KV cache capacity (default 512)")
+    ap.add_argument(
+        "--ctx", type=int, metavar="C", help="KV cache capacity (default 512, or the last --ctx-ladder size)"
+    )
     ap.add_argument("--ar", type=int, default=64, metavar="N", help="prefill rows (default 64)")
     ap.add_argument(
         "--prefill",
@@ -205,6 +210,22 @@ def parser() -> argparse.ArgumentParser:
         "each as a cost in decode steps, e.g. 2,4,8,16",
     )
     htp.add_argument(
+        "--ctx-ladder",
+        metavar="C1,C2,...",
+        type=_row_list,
+        default=[],
+        help="context ladder: a decode (and verify, and a --prefill past) graph per cache size, "
+        "ascending, the last = --ctx; qhx_generate starts on the smallest that holds the prompt "
+        "and moves the cache up as the dialog grows (weights stored once with weight sharing)",
+    )
+    htp.add_argument(
+        "--weight-sharing",
+        action=argparse.BooleanOptionalAction,
+        help="all graphs of an arch in one context binary, weights stored once (default); "
+        "--no-weight-sharing: one binary per graph, each with its weights (the form the x86_64 "
+        "HTP simulator, and so --verify, can load)",
+    )
+    htp.add_argument(
         "--estimate-only",
         action="store_true",
         help="--estimate without a bundle: DIR gets export-report.json (and README.md) only",
@@ -319,6 +340,23 @@ def _check_args(a: argparse.Namespace) -> None:
         raise ExportError("--estimate-verify needs --estimate (or --estimate-only)")
     if a.estimate_only and a.verify:
         raise ExportError("--estimate-only writes no bundle for --verify to run")
+    if a.ctx_ladder:
+        ladder = a.ctx_ladder
+        if ladder != sorted(set(ladder)):
+            raise ExportError(
+                f"--ctx-ladder {','.join(map(str, ladder))}: sizes must be distinct and ascending"
+            )
+        if ladder[-1] != a.ctx:
+            raise ExportError(
+                f"--ctx-ladder ends at {ladder[-1]} but --ctx is {a.ctx}: the last rung is the context"
+            )
+        if len(ladder) < 2:
+            raise ExportError("--ctx-ladder needs two sizes or more (one is --ctx alone)")
+        low = max(a.ar if a.prefill != "none" else 1, a.verify_rows or 1)
+        if ladder[0] < low:
+            raise ExportError(
+                f"--ctx-ladder {ladder[0]}: a rung must hold the prefill's --ar / --verify-rows ({low})"
+            )
     if a.genie_splits != 1 and a.format == "qhx":
         raise ExportError(f"--genie-splits {a.genie_splits} needs --format genie or both")
     if a.genie_splits < 1:
@@ -331,6 +369,8 @@ def _check_args(a: argparse.Namespace) -> None:
 def run(argv: Sequence[str] | None) -> list[str]:
     """Parse, export; returns the written manifest paths. Raises ExportError."""
     a = parser().parse_args(argv)
+    if a.ctx is None:
+        a.ctx = a.ctx_ladder[-1] if a.ctx_ladder else 512
     _check_args(a)
     t0 = time.monotonic()
     from qhx_export.read import open_checkpoint
@@ -376,6 +416,20 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
             f"{a.input}: --target htp has no {ck.family.name} graphs yet; use --target emu"
         )
     precision = a.precision or "fp16"
+    sharing = DEFAULT_WEIGHT_SHARING if a.weight_sharing is None else a.weight_sharing
+    if a.verify and sharing:
+        raise ExportError(
+            "--verify runs the bundle on this machine's HTP simulator, which cannot load weight-shared "
+            "binaries: add --no-weight-sharing (the graphs are the same, one binary each)"
+        )
+    if a.ctx_ladder and a.format != "qhx":
+        raise NotImplementedYet(
+            "--ctx-ladder with --format genie: Genie context-length variants are not written yet"
+        )
+    if a.ctx_ladder and "conv" in ck.config.types:
+        raise NotImplementedYet(f"--ctx-ladder: {ck.family.name}'s conv state cannot move between rungs yet")
+    if a.ctx_ladder and a.layout != "qhx":
+        raise ExportError(f"--ctx-ladder with --layout {a.layout}: that runner's contract has one context")
     for opt, val, need in (
         ("--quant-method", a.quant_method, ("w4a16",)),
         ("--head-precision", a.head_precision, ("w4a16",)),
@@ -411,6 +465,8 @@ def _export_htp(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
         genie_splits=a.genie_splits,
         model_name=a.model_name,
         layout=a.layout,
+        ctx_ladder=tuple(a.ctx_ladder[:-1]),
+        weight_sharing=sharing,
     )
     from qhx_export.compile.htp import stdout_to_stderr
 
@@ -468,6 +524,8 @@ def _export_emu(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
         ("--fp16-weights", a.fp16_weights is not None),
         ("--cache-dir", a.cache_dir is not None),
         ("--no-cache", a.no_cache),
+        ("--ctx-ladder", bool(a.ctx_ladder)),
+        ("--weight-sharing", a.weight_sharing is not None),
     ):
         if val:
             raise ExportError(f"{opt} is an option of --target htp")

@@ -29,6 +29,16 @@ def _stage_cache() -> Iterator[None]:
         os.environ["QHX_EXPORT_CACHE"] = old
 
 
+@pytest.fixture(autouse=True)
+def _no_weight_sharing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite runs its bundles on the x86_64 HTP simulator, which cannot load weight-shared
+    context binaries: --target htp exports here default to --no-weight-sharing, and a test of
+    sharing passes --weight-sharing itself."""
+    import qhx_export.cli
+
+    monkeypatch.setattr(qhx_export.cli, "DEFAULT_WEIGHT_SHARING", False)
+
+
 LLAMA3_SCALING = {
     "rope_type": "llama3",
     "factor": 32.0,

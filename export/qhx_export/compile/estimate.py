@@ -111,6 +111,19 @@ def summarize(
                     }
         if ver:
             out["verify_vs_decode"] = dict(sorted(ver.items(), key=lambda kv: _num(kv[0])))
+    if lm is not None:
+        # a context ladder: decode ms/token on each rung (decode@C + lm-head), the main rung last
+        rungs = {
+            int(role.split("@")[1]): row["us"]
+            for role, row in per_graph.items()
+            if role.startswith("decode@") and row.get("us") is not None
+        }
+        if rungs and d is not None:
+            top = max(rungs) * 2  # sorts after every rung; replaced by the context below
+            rungs[top] = d
+            out["ladder_decode_ms_per_token"] = {
+                ("ctx" if c == top else str(c)): round((us + lm) / 1000, 3) for c, us in sorted(rungs.items())
+            }
     line = summary_line(out, ar)
     if line is not None:
         out["summary"] = line

@@ -102,18 +102,74 @@ def compile_graph(
     return os.path.basename(wrapper), os.path.basename(binf), time.monotonic() - t0
 
 
-def rename_binary(out_dir: str, wrapper: str, binf: str, new: str) -> str:
-    """Rename a compiled context binary to `new` and point its EPContext wrapper at it."""
+def compile_shared(
+    graphs: list[tuple[str, str, dict[str, str]]], out_dir: str, binf: str
+) -> tuple[list[str], float]:
+    """Compile every (src, stem, options) into ONE context binary `out_dir/binf` whose graphs
+    store each weight once (ORT's EPContext sharing: one QNN context across the sessions,
+    weights matched by initializer name and content, the binary written by the last). Returns
+    the wrappers (`<stem>.onnx`, in order, each pointing at `binf`) and the seconds taken."""
+    import onnxruntime as ort
+
+    paths = [os.path.join(out_dir, f"{stem}.onnx") for _, stem, _ in graphs]
+    first_bin = os.path.join(out_dir, f"{graphs[0][1]}_qnn.bin")
+    for f in [*paths, first_bin, os.path.join(out_dir, binf)]:
+        if os.path.exists(f):
+            os.unlink(f)
+    t0 = time.monotonic()
+    for i, ((src, stem, options), wrapper) in enumerate(zip(graphs, paths, strict=True)):
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+        so.add_session_config_entry("ep.context_enable", "1")
+        so.add_session_config_entry("ep.context_embed_mode", "0")
+        so.add_session_config_entry("ep.context_file_path", wrapper)
+        so.add_session_config_entry("ep.share_ep_contexts", "1")
+        if i == len(graphs) - 1:
+            so.add_session_config_entry("ep.stop_share_ep_contexts", "1")
+        so.add_provider_for_devices(qnn_devices(), dict(options))
+        try:
+            ort.InferenceSession(src, so)
+        except Exception as e:  # ORT raises its own exception types
+            msg = str(e).strip().splitlines()
+            where = f"graph {stem} (htp_arch {options.get('htp_arch')}, soc_model {options.get('soc_model')})"
+            raise ExportError(f"{where}: QNN compile (weight-shared) failed: {msg[-1] if msg else e}") from e
+    if not os.path.isfile(first_bin):
+        raise ExportError(f"graphs {', '.join(g[1] for g in graphs)}: ORT wrote no shared {first_bin}")
+    os.replace(first_bin, os.path.join(out_dir, binf))
+    for w in paths:
+        point_wrapper(w, binf)
+    return [os.path.basename(p) for p in paths], time.monotonic() - t0
+
+
+def point_wrapper(path: str, binf: str) -> None:
+    """Point the EPContext wrapper at `path` to the context binary `binf` (beside it)."""
     import onnx
 
-    os.replace(os.path.join(out_dir, binf), os.path.join(out_dir, new))
-    path = os.path.join(out_dir, wrapper)
     m = onnx.load(path)
     for node in m.graph.node:
         for a in node.attribute:
             if node.op_type == "EPContext" and a.name == "ep_cache_context":
-                a.s = new.encode("utf-8")
+                a.s = binf.encode("utf-8")
     onnx.save(m, path)
+
+
+def wrapper_graph(path: str) -> str:
+    """The QNN graph name the EPContext wrapper at `path` runs (its node's name)."""
+    import onnx
+
+    m = onnx.load(path, load_external_data=False)
+    for node in m.graph.node:
+        if node.op_type == "EPContext":
+            return str(node.name)
+    raise ExportError(f"{path}: no EPContext node")
+
+
+def rename_binary(out_dir: str, wrapper: str, binf: str, new: str) -> str:
+    """Rename a compiled context binary to `new` and point its EPContext wrapper at it."""
+    os.replace(os.path.join(out_dir, binf), os.path.join(out_dir, new))
+    point_wrapper(os.path.join(out_dir, wrapper), new)
     return new
 
 

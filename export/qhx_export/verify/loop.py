@@ -174,6 +174,21 @@ class Loop:
         self.pre, self.dec, self.lm = graphs.get("prefill"), graphs["decode"], graphs.get("lmhead")
         self.ver = graphs.get("verify")  # a few rows over the decode cache (speculative decoding)
         self.C = self.dec.inputs["cmask"].dims[0]
+        # a context ladder (roles `decode@C`, ...): each rung's prefill / verify / decode graphs,
+        # smallest cache first; a prefill without past inputs (a window) serves every rung
+        window = self.pre if self.pre is not None and not self.has_past(self.pre) else None
+        sizes = sorted({int(r.split("@")[1]) for r in graphs if "@" in r})
+        self.ladder = [
+            {
+                "prefill": graphs.get(f"prefill@{c}", window),
+                "verify": graphs.get(f"verify@{c}"),
+                "decode": graphs[f"decode@{c}"],
+                "C": c,
+            }
+            for c in sizes
+        ] + [{"prefill": self.pre, "verify": self.ver, "decode": self.dec, "C": self.C}]
+        self.top_C = self.C
+        self.rung = len(self.ladder) - 1
         layers = man.get("layers") or {}
         self.types = list(layers.get("types") or [])
         if not self.types:
@@ -188,14 +203,59 @@ class Loop:
         self.reset()
 
     def reset(self) -> None:
-        """An empty cache (every input real 0), position 0."""
+        """An empty cache (every input real 0), position 0, on the smallest rung."""
         for g in self.graphs.values():
             for n, t in g.inputs.items():
                 g.feeds[n] = t.zero()
         self.pos = 0
+        self._enter(0)
         self.dmask = np.full(self.C, self.neg(self.dec.inputs["cmask"]), np.float32)
         self.dec.set("cmask", self.dmask)
         self.hidden: np.ndarray | None = None
+
+    @staticmethod
+    def has_past(g: Graph) -> bool:
+        return any(k.startswith("past_k_") for k in g.inputs)
+
+    def _enter(self, r: int) -> None:
+        rung = self.ladder[r]
+        self.rung, self.pre, self.ver, self.dec, self.C = (
+            r,
+            rung["prefill"],
+            rung["verify"],
+            rung["decode"],
+            rung["C"],
+        )
+
+    def fits(self, kind: str, need: int) -> bool:
+        """Some rung has a `kind` graph whose cache holds `need` more slots from here."""
+        return any(r[kind] is not None and self.pos + need <= r["C"] for r in self.ladder)
+
+    def climb(self, kind: str, need: int) -> None:
+        """As qhx's runner: the execute goes to the smallest rung whose `kind` graph holds `need`
+        more slots; the cache moves there first (rows [0, pos) copied, the rest real 0, the mask
+        following)."""
+        if len(self.ladder) == 1:
+            return
+        to = next(i for i, r in enumerate(self.ladder) if r[kind] is not None and self.pos + need <= r["C"])
+        if to == self.rung:
+            return
+        old = self.dec
+        self._enter(to)
+        for i in self.attn_layers():
+            for kind_ in ("k", "v"):
+                si, di = old.inputs[f"past_{kind_}_{i}"], self.dec.inputs[f"past_{kind_}_{i}"]
+                src = self.kv_rows(old.feeds[si.name], si.dims)
+                buf = di.zero()
+                dst = self.kv_rows(buf, di.dims)
+                if (si.dtype, si.scale, si.offset) == (di.dtype, di.scale, di.offset):
+                    dst[: self.pos] = src[: self.pos]
+                else:
+                    dst[: self.pos] = di.encode(si.decode(src[: self.pos]))
+                self.dec.feeds[di.name] = buf
+        self.dmask = np.full(self.C, self.neg(self.dec.inputs["cmask"]), np.float32)
+        self.dmask[: self.pos] = 0.0
+        self.dec.set("cmask", self.dmask)
 
     def attn_layers(self) -> list[int]:
         return [i for i, t in enumerate(self.types) if t != "conv"]
@@ -271,6 +331,11 @@ class Loop:
         """Feed `chunk` through a rows graph: the prefill, or `graph` (the verify graph)."""
         g = graph if graph is not None else self.pre
         assert g is not None
+        if self.has_past(g):  # a rung's cache-reading graph: the smallest rung that holds it
+            kind = "verify" if g is self.ver else "prefill"
+            rows = g.inputs["x"].dims[0]
+            self.climb(kind, rows if kind == "prefill" else min(len(chunk), rows))
+            g = self.ladder[self.rung][kind]
         H, n, pos0 = self.H, len(chunk), self.pos
         R = g.inputs["x"].dims[0]
         x = np.zeros((R, H), np.float32)
@@ -298,6 +363,7 @@ class Loop:
         self.pos = pos0 + n
 
     def decode_step(self, tok: int) -> None:
+        self.climb("decode", 1)
         g, p = self.dec, self.pos
         g.set("x", self.emb_rows([tok])[0])
         self.set_rope(g, p, 1)
@@ -331,13 +397,13 @@ class Loop:
                 self.prefill_chunk(ids[:c])
                 i = c
             else:
-                while i < len(ids) and self.pos + R <= self.C:
+                while i < len(ids) and self.fits("prefill", R):
                     c = min(len(ids) - i, R)
                     self.prefill_chunk(ids[i : i + c])
                     i += c
         if self.ver is not None:  # as qhx's plan: 2 or more tokens left go through verify
             R = self.ver.inputs["x"].dims[0]
-            while len(ids) - i >= 2 and self.pos + min(len(ids) - i, R) <= self.C:
+            while len(ids) - i >= 2 and self.fits("verify", min(len(ids) - i, R)):
                 c = min(len(ids) - i, R)
                 self.prefill_chunk(ids[i : i + c], self.ver)
                 i += c
@@ -367,7 +433,7 @@ class Loop:
                 o = np.argsort(-lg, kind="stable")[:2]
                 margins.append([int(o[0]), float(lg[o[0]]), int(o[1]), float(lg[o[1]])])
             out.append(tok)
-            if len(out) >= n_tokens or self.pos >= self.C:
+            if len(out) >= n_tokens or self.pos >= self.top_C:
                 return out
             fed = teacher[len(out) - 1] if teacher is not None and len(out) - 1 < len(teacher) else tok
             self.decode_step(int(fed))
@@ -383,7 +449,7 @@ class Loop:
         return None
 
     def max_ctx(self) -> int:
-        return min(int(self.man["params"].get("max_ctx") or self.C), self.C)
+        return min(int(self.man["params"].get("max_ctx") or self.top_C), self.top_C)
 
     def verifies(self, n: int) -> bool:
         """n tokens fit one execute of the verify graph over the cache (qhx's verify step)."""
@@ -391,7 +457,9 @@ class Loop:
         if g is None or n < 2:
             return False
         R = g.inputs["x"].dims[0]
-        return n <= R and self.pos + R <= self.C and self.pos + n <= self.max_ctx()
+        kind = "verify" if g is self.ver else "prefill"
+        # qhx: a verify step admits a chunk that fits (pos + n), a prefill its whole rows
+        return n <= R and self.fits(kind, n if kind == "verify" else R) and self.pos + n <= self.max_ctx()
 
     def rewind(self, pos: int) -> None:
         """Drop the rows fed after `pos`: position and mask only (their K/V rows stay, hidden)."""

@@ -17,7 +17,7 @@ from qhx_export.cache import StageCache, key_of
 from qhx_export.quant.lpbq import BLOCK as LPBQ_BLOCK
 from qhx_export.read.base import Checkpoint
 from qhx_export.write.emu import layers_section
-from qhx_export.write.htp_graphs import Graph, host_embedding
+from qhx_export.write.htp_graphs import Graph, base_role, host_embedding
 from qhx_export.write.options import MIXED_PEAK, HtpOptions, Log, Progress
 
 NORM_PEAK = 128.0  # RMSNorm inputs are scaled so the largest |x| seen is at most this (x^2 < 65504)
@@ -202,8 +202,13 @@ def quantize_graphs(
         "resid_scale": resid_scale,
     }
     ranges, calib_keys = {}, {}
-    tick = progress("calibrate", len(roles))
-    for role in roles:
+    # a context-ladder rung's graph is its base role's over another cache size: same tensors,
+    # same activations, so it takes the base role's ranges (and thus the same I/O encodings,
+    # which lets the runtime move the cache between rungs byte for byte)
+    rungs = [r for r in roles if base_role(r) != r]
+    roles_calibrated = [r for r in roles if r not in rungs]
+    tick = progress("calibrate", len(roles_calibrated))
+    for role in roles_calibrated:
         t0 = time.monotonic()
         calib_keys[role] = key_of("calibrate", {**calib_in, "role": role})
 
@@ -217,6 +222,8 @@ def quantize_graphs(
             ranges[role] = {k: (float(v[0]), float(v[1])) for k, v in json.load(f).items()}
         log(f"calibrated {role} ({'cached' if hit else f'{time.monotonic() - t0:.1f}s'})")
         tick()
+    for role in rungs:
+        ranges[role], calib_keys[role] = ranges[base_role(role)], calib_keys[base_role(role)]
     kv_ranges = tied_kv_ranges([ranges[r] for r in roles if r != "lmhead"])
     method = o.quant_method if bits == 4 else None
     solution = LazySolution(ck, o, cache, calib_in["graphs"], log) if method not in (None, "rtn") else None

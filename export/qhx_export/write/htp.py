@@ -31,7 +31,15 @@ from qhx_export.write import lfm2_layout
 from qhx_export.write.calibrate import calib_ids, norm_prescale, quantize_graphs, stream_scales
 from qhx_export.write.emu import generated_weights, layers_section, manifest_params
 from qhx_export.write.files import atomic_open
-from qhx_export.write.htp_graphs import Graph, build_graphs, extra_verify_rows, host_embedding, is_bundle_role
+from qhx_export.write.htp_graphs import (
+    Graph,
+    base_role,
+    build_graphs,
+    extra_verify_rows,
+    host_embedding,
+    is_bundle_role,
+    rung_bases,
+)
 from qhx_export.write.options import HtpOptions, Log, Progress
 
 
@@ -85,6 +93,56 @@ def manifest(
     if layers:
         out["layers"] = layers
     return out
+
+
+# schema 2's step I/O kinds by the graphs' tensor names (the sliding layers' cos_local /
+# sin_local / cmask_local are found through the manifest's `layers` section)
+STEP_INPUTS = {"x": "embedding", "cos": "rope_cos", "sin": "rope_sin", "cmask": "mask"}
+STEP_OUTPUTS = {"y": "hidden"}
+LAYER_IO = {"past_k": "past_key", "past_v": "past_value", "new_k": "new_key", "new_v": "new_value"}
+
+
+def step_io(path: str, head: bool) -> tuple[dict[str, str], dict[str, str]]:
+    """A graph's schema 2 `inputs` and `outputs` maps, read from its ONNX I/O names."""
+    import onnx
+
+    g = onnx.load(path, load_external_data=False).graph
+    if head:
+        return {g.input[0].name: "hidden"}, {g.output[0].name: "logits"}
+
+    def kinds(names: list[str], table: dict[str, str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for n in names:
+            stem, _, idx = n.rpartition("_")
+            if n in table:
+                out[n] = table[n]
+            elif idx.isdigit() and stem in LAYER_IO:
+                out[f"{stem}_{{i}}"] = LAYER_IO[stem]
+        return out
+
+    return kinds([t.name for t in g.input], STEP_INPUTS), kinds([t.name for t in g.output], STEP_OUTPUTS)
+
+
+def as_schema_2(man: dict[str, Any], graphs: dict[str, Graph]) -> dict[str, Any]:
+    """The schema 1 manifest `man` as schema 2: `plan.steps`, one rung of [prefill,] [verify,]
+    decode per context-ladder size, smallest first, then the head; each step names its binary
+    and graph (one binary holds them all when weights are shared)."""
+    refs = man["artifacts"].pop("contexts")
+    top = max((int(r.split("@")[1]) for r in refs if "@" in r), default=0) + 1  # the main rung sorts last
+
+    def rung_of(role: str) -> int:
+        return int(role.split("@")[1]) if "@" in role else top
+
+    order = {"prefill": 0, "verify": 1, "decode": 2}
+    steps = []
+    for role in sorted((r for r in refs if r != "lmhead"), key=lambda r: (rung_of(r), order[base_role(r)])):
+        inputs, outputs = step_io(graphs[role].path, head=False)
+        steps.append({"role": base_role(role), **refs[role], "inputs": inputs, "outputs": outputs})
+    inputs, outputs = step_io(graphs["lmhead"].path, head=True)
+    steps.append({"role": "head", **refs["lmhead"], "inputs": inputs, "outputs": outputs})
+    man["schema_version"] = 2
+    man["plan"]["steps"] = steps
+    return man
 
 
 def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: Progress) -> list[str]:
@@ -184,6 +242,7 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
         "rotate": rotation,
     }
     n_roles = 2 + (o.prefill != "none") + (o.verify_rows is not None) + len(extra_verify_rows(o))
+    n_roles += len(o.ctx_ladder) * len(rung_bases(o))
     graphs = (
         build_graphs(ck, o, cache, src_hash or "", gopts, log, progress("build graphs", n_roles))
         if o.fmt != "genie"
@@ -222,6 +281,10 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
             log(f"estimate: a {k}-row verify costs {v['cost_in_decode_steps']} decode steps")
         if "summary" in o.report["estimate"]:
             log(f"estimate: {o.report['estimate']['summary']}")
+        lad = o.report["estimate"].get("ladder_decode_ms_per_token")
+        if lad:
+            rungs = ", ".join(f"C={o.ctx if c == 'ctx' else c} {v} ms" for c, v in lad.items())
+            log(f"estimate: decode + lm-head per token on each rung: {rungs}")
     if o.estimate_only:
         o.report["decode_bytes"] = decode_bytes(ck, o)
         shutil.rmtree(work, ignore_errors=True)
@@ -261,13 +324,36 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
             "graphs": {},
         }
         refs: dict[str, Any] = {}
-        bundle_roles = {r: v for r, v in to_compile.items() if is_bundle_role(r)}
+        all_roles = {r: v for r, v in to_compile.items() if is_bundle_role(r)}
+        bundle_roles = dict(all_roles)
+        if o.weight_sharing and lay is None:
+            binf, wrappers, secs = compile_shared_cached(
+                cache,
+                bundle_roles,
+                out,
+                o.name,
+                {r: qc.qnn_options(arch, soc, g.mode) for r, g in bundle_roles.items()},
+            )
+            size = os.path.getsize(os.path.join(out, binf))
+            how = "from the stage cache" if secs is None else f"compiled in {secs:.1f}s"
+            n = len(bundle_roles)
+            log(f"{arch}: {n} graphs in {binf} ({size / 1e6:.1f} MB, weights stored once) {how}")
+            compile_s[f"{arch}/shared"] = round(secs or 0.0, 1)
+            sizes[os.path.relpath(os.path.join(out, binf), root)] = size
+            for role, g in bundle_roles.items():
+                refs[role] = {"bin": binf, "graph": qc.wrapper_graph(os.path.join(out, wrappers[role]))}
+                ent = {"wrapper": wrappers[role], "precision": g.mode}
+                if g.quant:
+                    ent["quant"] = {k: list(v) for k, v in g.quant.items()}
+                real["graphs"][role] = ent
+            real["weight_sharing"] = True
+            bundle_roles = {}  # compiled
         tick = progress(f"compile {arch}", len(bundle_roles))
         for role, g in bundle_roles.items():
             t1 = time.monotonic()
             mode, quant = g.mode, g.quant
             wrapper, binf, secs = compile_cached(
-                cache, g, out, f"{o.name}_{role}", qc.qnn_options(arch, soc, mode)
+                cache, g, out, f"{o.name}_{file_role(role)}", qc.qnn_options(arch, soc, mode)
             )
             if lay is not None:  # the contract's file name (the wrapper follows it)
                 binf = qc.rename_binary(out, wrapper, binf, lay.bin_of(role))
@@ -291,11 +377,15 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
             f.write(tok)
         if o.keep_onnx:
             os.makedirs(os.path.join(out, "onnx"), exist_ok=True)
-            for role, g in bundle_roles.items():
-                shutil.copyfile(g.path, os.path.join(out, "onnx", f"{role}.onnx"))
+            for role, g in all_roles.items():
+                shutil.copyfile(g.path, os.path.join(out, "onnx", f"{file_role(role)}.onnx"))
                 if g.path != graphs[role].path:  # quantized: also the float graph it was made from
-                    shutil.copyfile(graphs[role].path, os.path.join(out, "onnx", f"{role}.float.onnx"))
+                    shutil.copyfile(
+                        graphs[role].path, os.path.join(out, "onnx", f"{file_role(role)}.float.onnx")
+                    )
         man = manifest(ck, o, arch, refs, real, files)
+        if o.ctx_ladder or o.weight_sharing:
+            man = as_schema_2(man, all_roles)
         mpath = os.path.join(out, f"{o.name}.json")
         if lay is not None:  # the runner's form has no `source`: the report keeps how it was made
             man = lfm2_layout.manifest(
@@ -317,6 +407,43 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
     if not manifests:
         raise ExportError("no arch to write")
     return manifests
+
+
+def file_role(role: str) -> str:
+    """A role as it goes into a file name: `decode@256` -> `decode_c256`."""
+    return role.replace("@", "_c")
+
+
+def compile_shared_cached(
+    cache: StageCache, graphs: dict[str, Graph], out: str, name: str, options: dict[str, dict[str, str]]
+) -> tuple[str, dict[str, str], float | None]:
+    """qc.compile_shared of every graph through the stage cache: (binary, wrapper by role,
+    seconds or None from the cache). The lm-head goes last (it shares nothing)."""
+    roles = sorted(graphs, key=lambda r: (r == "lmhead", r))
+    binf = f"{name}_qnn.bin"
+    stems = {r: f"{name}_{file_role(r)}" for r in roles}
+    jobs = [(graphs[r].path, stems[r], options[r]) for r in roles]
+    secs: list[float] = []
+
+    def run(d: str) -> None:
+        secs.append(qc.compile_shared(jobs, d, binf)[1])
+
+    if not cache.enabled:
+        wrappers, t = qc.compile_shared(jobs, out, binf)
+        return binf, dict(zip(roles, wrappers, strict=True)), t
+    key = key_of(
+        "compile-shared",
+        {
+            "graphs": {r: graphs[r].key for r in roles},
+            "stems": stems,
+            "options": options,
+            "qairt": qc.qnn_version(),
+        },
+    )
+    d, _ = cache.entry("compile", key, run)
+    for f in [binf, *(f"{s}.onnx" for s in stems.values())]:
+        shutil.copyfile(os.path.join(d, f), os.path.join(out, f))
+    return binf, {r: f"{stems[r]}.onnx" for r in roles}, secs[0] if secs else None
 
 
 def compile_cached(

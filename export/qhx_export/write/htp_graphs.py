@@ -43,8 +43,15 @@ def build_graphs(
         sp[f"est_verify_{k}"] = specs(
             c, o.name, o.ar, o.ctx, "none", gopts.quantized, k, kv_layout=o.kv_layout
         )["verify"]
+    for rung in o.ctx_ladder:
+        rs = specs(
+            c, o.name, o.ar, rung, o.prefill, gopts.quantized, o.verify_rows, gopts.io_f16, o.kv_layout
+        )
+        for base in rung_bases(o):
+            sp[rung_role(base, rung)] = rs[base]
     out, cached = {}, 0
-    for role in ("prefill", "verify", "decode", "lmhead", *(r for r in sp if r.startswith("est_"))):
+    order = ("prefill", "verify", "decode", "lmhead")
+    for role in (*order, *(r for r in sp if r not in order)):
         if role not in sp:
             continue
         key = key_of("graph", {"source": src, "spec": sp[role], "options": asdict(gopts), "role": role})
@@ -63,6 +70,30 @@ def build_graphs(
     if cached:
         log(f"float graphs: {cached} of {len(out)} from the stage cache")
     return out
+
+
+def rung_bases(o: HtpOptions) -> list[str]:
+    """The roles a context-ladder rung repeats: decode, a verify graph, a prefill that reads the
+    cache (a window prefill starts every rung from an empty cache, so there is one)."""
+    return [
+        r
+        for r, on in (
+            ("prefill", o.prefill == "past"),
+            ("verify", o.verify_rows is not None),
+            ("decode", True),
+        )
+        if on
+    ]
+
+
+def rung_role(base: str, ctx: int) -> str:
+    """`decode@256`: the role of `base` on the ladder rung of cache size `ctx`."""
+    return f"{base}@{ctx}"
+
+
+def base_role(role: str) -> str:
+    """`decode` for `decode@256` (and for `decode`)."""
+    return role.split("@", 1)[0]
 
 
 def extra_verify_rows(o: HtpOptions) -> list[int]:

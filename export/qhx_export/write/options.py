@@ -44,4 +44,6 @@ class HtpOptions:
     genie_splits: int = 1  # Genie graphs per (AR, CL) variant
     model_name: str | None = None
     layout: str = "qhx"  # qhx, or an LFM2 runner form (qhx_export.write.lfm2_layout)
+    ctx_ladder: tuple[int, ...] = ()  # the smaller rungs of a context ladder (ascending; ctx is the last)
+    weight_sharing: bool = True  # every graph of an arch in one context binary, weights stored once
     report: dict[str, Any] = field(default_factory=dict)  # filled while writing
