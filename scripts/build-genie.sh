@@ -67,7 +67,7 @@ build() {
     echo "build-genie: $d" >&2
     local t0=$SECONDS
     rm -f "$d/.inputs-sha256"
-    scripts/qhx-export.sh "$hf" -o "$d" --force --target htp --format genie --ar 4 --ctx 64 "$@" >&2
+    scripts/qhx-export.sh "$hf" -o "$d" --force --target htp --format genie --ar 4 --ctx 64 --no-weight-sharing "$@" >&2
     printf '%s' "$key" >"$d/.inputs-sha256"
     echo "build-genie: $d built in $((SECONDS - t0))s" >&2
 }

@@ -243,6 +243,54 @@ def test_genie_format(
     assert doc["runs"][0]["output_ids"] == qhx
 
 
+def test_genie_format_shares_weights_per_split(
+    tmp_path: Path, tiny_gguf: Callable[..., Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--format genie --weight-sharing --genie-splits 2: one binary per split holding its
+    prompt (AR 4) and token (AR 1) graphs under Genie's names, the split's weights once (as AI
+    Hub's part binaries); the config lists the two parts. qhx_generate refuses the bundle on
+    the x86_64 simulator, naming the fix (the simulator cannot load weight-shared binaries)."""
+    binary = qhx_generate()
+    path = tiny_gguf("llama", name="tiny.gguf")
+    out = tmp_path / "g"
+    args = [str(path), "-o", str(out), "--arch", "v79", "--ar", "4", "--ctx", "32", "--format", "genie"]
+    rc, _, err = export([*args, "--genie-splits", "2", "--weight-sharing"], capsys)
+    assert rc == 0, err
+    cfg = json.loads((out / "genie_config.json").read_text())
+    bins = cfg["dialog"]["engine"]["model"]["binary"]["ctx-bins"]
+    assert bins == ["tiny_part_1_of_2.bin", "tiny_part_2_of_2.bin"]
+    from qhx_export.verify.run import qnn_libdir
+
+    lib = qnn_libdir()
+    inspect = os.path.join(os.path.dirname(binary), "qhx_inspect")
+    r = subprocess.run(
+        [inspect, "--json", "-", f"{lib}/libQnnSystem.so", *(str(out / b) for b in bins)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    docs = json.loads(r.stdout)["binaries"]
+    for k, d in enumerate(docs, start=1):
+        names = sorted(g["name"].rstrip("_") for g in d["graphs"])
+        assert names == [f"prompt_ar4_cl32_{k}_of_2", f"token_ar1_cl32_{k}_of_2"], names
+        assert all(g["weight_bytes"]["shared"] > 0 for g in d["graphs"]), d["graphs"]
+    r = subprocess.run(
+        [
+            binary,
+            str(out / "genie_config.json"),
+            f"{lib}/libQnnHtp.so",
+            f"{lib}/libQnnSystem.so",
+            str(out),
+            "4",
+            "hi",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 1 and r.stdout == "", (r.returncode, r.stdout, r.stderr[-400:])
+    assert "--no-weight-sharing" in r.stderr.strip().splitlines()[-1], r.stderr[-400:]
+
+
 def test_w4a16_u8_kv(
     tmp_path: Path, tiny_gguf: Callable[..., Path], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -347,16 +347,35 @@ def write_genie(
     returns (genie_config.json path, {file: bytes})."""
     c = ck.config
     bins, sizes, entries = [], {}, []
+    compiled: dict[str, tuple[str, str]] = {}  # gname -> (wrapper, binary)
+    if o.weight_sharing:
+        # as AI Hub's bundles: one binary per split holding its prompt and token graphs, the
+        # split's weights stored once
+        splits = sorted({g.split for g in graphs})
+        for k, split in enumerate(splits, start=1):
+            part = [g for g in graphs if g.split == split]
+            binf = f"{o.name}_part_{k}_of_{len(splits)}.bin"
+            jobs = [(g.path, f"{o.name}_{g.gname}", qc.qnn_options(arch, soc, g.mode)) for g in part]
+            wrappers, secs = qc.compile_shared(jobs, out, binf)
+            size = os.path.getsize(os.path.join(out, binf))
+            log(f"{arch} genie {binf}: {len(part)} graphs, {size / 1e6:.1f} MB (weights once) in {secs:.1f}s")
+            bins.append(binf)
+            sizes[binf] = size
+            compiled.update({g.gname: (w, binf) for g, w in zip(part, wrappers, strict=True)})
     for g in graphs:
         stem = f"{o.name}_{g.gname}"
         opts = qc.qnn_options(arch, soc, g.mode)
-        wrapper, binf, secs = qc.compile_graph(g.path, out, stem, opts)
+        if g.gname in compiled:
+            wrapper, binf = compiled[g.gname]
+        else:
+            wrapper, binf, secs = qc.compile_graph(g.path, out, stem, opts)
         ort_name = qnn_graph_name(os.path.join(out, wrapper))
         name = rename_graph(os.path.join(out, binf), os.path.join(out, wrapper), g.gname)
-        size = os.path.getsize(os.path.join(out, binf))
-        log(f"{arch} genie {g.gname}: {binf} ({size / 1e6:.1f} MB) compiled in {secs:.1f}s")
-        bins.append(binf)
-        sizes[binf] = size
+        if g.gname not in compiled:
+            size = os.path.getsize(os.path.join(out, binf))
+            log(f"{arch} genie {g.gname}: {binf} ({size / 1e6:.1f} MB) compiled in {secs:.1f}s")
+            bins.append(binf)
+            sizes[binf] = size
         ent: dict[str, Any] = {
             "stem": stem,
             "bin": binf,
