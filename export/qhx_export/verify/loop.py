@@ -331,7 +331,8 @@ class Loop:
         """Feed `chunk` through a rows graph: the prefill, or `graph` (the verify graph)."""
         g = graph if graph is not None else self.pre
         assert g is not None
-        if self.has_past(g):  # a rung's cache-reading graph: the smallest rung that holds it
+        if self.has_past(g) and (g is self.ver or g is self.pre):
+            # a rung's cache-reading graph: the smallest rung that holds the chunk runs it
             kind = "verify" if g is self.ver else "prefill"
             rows = g.inputs["x"].dims[0]
             self.climb(kind, rows if kind == "prefill" else min(len(chunk), rows))
