@@ -65,19 +65,14 @@ def qnn_version() -> str:
         return "?"
 
 
-def compile_graph(
-    src: str, out_dir: str, stem: str, options: dict[str, str], profile: str | None = None
-) -> tuple[str, str, float]:
-    """Compile `src` into `out_dir/<stem>.onnx` + `<stem>_qnn.bin`; returns (wrapper, bin, seconds).
-    `profile`: a CSV path for QNN 'detailed' profiling (Hextimate rows when soc_model is 72).
-    Errors name the graph by `stem` (`src` may be a stage-cache file)."""
+def _compile_session(
+    src: str, stem: str, wrapper: str, options: dict[str, str], share: str | None = None
+) -> None:
+    """One ORT session that compiles `src` into the EPContext wrapper `wrapper` (and its
+    binary). `share`: "on" / "last" for a session of a weight-shared compile (the last one
+    writes the binary). Errors name the graph by `stem`."""
     import onnxruntime as ort
 
-    wrapper = os.path.join(out_dir, f"{stem}.onnx")
-    binf = os.path.join(out_dir, f"{stem}_qnn.bin")
-    for f in (wrapper, binf):
-        if os.path.exists(f):
-            os.unlink(f)
     so = ort.SessionOptions()
     so.log_severity_level = 3
     # ORT would fuse MatMul+Add into Gemm, which HTP validation can reject (error 3110)
@@ -86,17 +81,36 @@ def compile_graph(
     so.add_session_config_entry("ep.context_enable", "1")
     so.add_session_config_entry("ep.context_embed_mode", "0")
     so.add_session_config_entry("ep.context_file_path", wrapper)
-    opts = dict(options)
-    if profile:
-        opts.update({"profiling_level": "detailed", "profiling_file_path": profile})
-    so.add_provider_for_devices(qnn_devices(), opts)
-    t0 = time.monotonic()
+    if share is not None:
+        so.add_session_config_entry("ep.share_ep_contexts", "1")
+        if share == "last":
+            so.add_session_config_entry("ep.stop_share_ep_contexts", "1")
+    so.add_provider_for_devices(qnn_devices(), dict(options))
     try:
         ort.InferenceSession(src, so)
     except Exception as e:  # ORT raises its own exception types
         msg = str(e).strip().splitlines()
         where = f"graph {stem} (htp_arch {options.get('htp_arch')}, soc_model {options.get('soc_model')})"
-        raise ExportError(f"{where}: QNN compile failed: {msg[-1] if msg else e}") from e
+        how = " (weight-shared)" if share else ""
+        raise ExportError(f"{where}: QNN compile{how} failed: {msg[-1] if msg else e}") from e
+
+
+def compile_graph(
+    src: str, out_dir: str, stem: str, options: dict[str, str], profile: str | None = None
+) -> tuple[str, str, float]:
+    """Compile `src` into `out_dir/<stem>.onnx` + `<stem>_qnn.bin`; returns (wrapper, bin, seconds).
+    `profile`: a CSV path for QNN 'detailed' profiling (Hextimate rows when soc_model is 72).
+    Errors name the graph by `stem` (`src` may be a stage-cache file)."""
+    wrapper = os.path.join(out_dir, f"{stem}.onnx")
+    binf = os.path.join(out_dir, f"{stem}_qnn.bin")
+    for f in (wrapper, binf):
+        if os.path.exists(f):
+            os.unlink(f)
+    opts = dict(options)
+    if profile:
+        opts.update({"profiling_level": "detailed", "profiling_file_path": profile})
+    t0 = time.monotonic()
+    _compile_session(src, stem, wrapper, opts)
     if not os.path.isfile(binf):
         raise ExportError(f"graph {stem}: ORT wrote no {binf}")
     return os.path.basename(wrapper), os.path.basename(binf), time.monotonic() - t0
@@ -109,8 +123,6 @@ def compile_shared(
     store each weight once (ORT's EPContext sharing: one QNN context across the sessions,
     weights matched by initializer name and content, the binary written by the last). Returns
     the wrappers (`<stem>.onnx`, in order, each pointing at `binf`) and the seconds taken."""
-    import onnxruntime as ort
-
     paths = [os.path.join(out_dir, f"{stem}.onnx") for _, stem, _ in graphs]
     first_bin = os.path.join(out_dir, f"{graphs[0][1]}_qnn.bin")
     for f in [*paths, first_bin, os.path.join(out_dir, binf)]:
@@ -118,23 +130,7 @@ def compile_shared(
             os.unlink(f)
     t0 = time.monotonic()
     for i, ((src, stem, options), wrapper) in enumerate(zip(graphs, paths, strict=True)):
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-        so.add_session_config_entry("ep.context_enable", "1")
-        so.add_session_config_entry("ep.context_embed_mode", "0")
-        so.add_session_config_entry("ep.context_file_path", wrapper)
-        so.add_session_config_entry("ep.share_ep_contexts", "1")
-        if i == len(graphs) - 1:
-            so.add_session_config_entry("ep.stop_share_ep_contexts", "1")
-        so.add_provider_for_devices(qnn_devices(), dict(options))
-        try:
-            ort.InferenceSession(src, so)
-        except Exception as e:  # ORT raises its own exception types
-            msg = str(e).strip().splitlines()
-            where = f"graph {stem} (htp_arch {options.get('htp_arch')}, soc_model {options.get('soc_model')})"
-            raise ExportError(f"{where}: QNN compile (weight-shared) failed: {msg[-1] if msg else e}") from e
+        _compile_session(src, stem, wrapper, options, "last" if i == len(graphs) - 1 else "on")
     if not os.path.isfile(first_bin):
         raise ExportError(f"graphs {', '.join(g[1] for g in graphs)}: ORT wrote no shared {first_bin}")
     os.replace(first_bin, os.path.join(out_dir, binf))
