@@ -101,7 +101,10 @@ class Io:
             return np.asarray(real, self.np)
         hi = 65535 if self.dtype == "ufixed16" else 255
         r = np.asarray(real, np.float32)
-        q = np.trunc(r / np.float32(self.scale) + np.copysign(np.float32(0.5), r)) - np.float32(self.offset)
+        # qhx's rounding: the quotient in f32, then rounded half away from zero exactly (in f64:
+        # in f32, x + 0.5 itself rounds, e.g. 10000.4999 + 0.5 -> 10001, one code off qhx's)
+        x = (r / np.float32(self.scale)).astype(np.float64)
+        q = np.trunc(x + np.copysign(0.5, x)) - self.offset
         return np.clip(q, 0, hi).astype(self.np)
 
     def decode(self, raw: np.ndarray) -> np.ndarray:
