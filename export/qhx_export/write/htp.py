@@ -191,6 +191,8 @@ def write_bundle(ck: Checkpoint, root: str, o: HtpOptions, log: Log, progress: P
                 "quant_method": o.quant_method if o.precision == "w4a16" else None,
                 "rotate": o.rotate,
                 "head_precision": o.head_precision if o.precision == "w4a16" else None,
+                "weight_sharing": o.weight_sharing,
+                "ctx_ladder": [*o.ctx_ladder, o.ctx] if o.ctx_ladder else None,
             },
             "stages": {},
         }

@@ -60,7 +60,7 @@ def bundle_files(root: str) -> dict[str, int]:
 
 
 def run_section(
-    root: str, final: str, manifests: list[str], arches: list[str], qairt: str, ctx: int
+    root: str, final: str, manifests: list[str], arches: list[str], qairt: str, ctx: int, shared: bool = False
 ) -> list[str]:
     """`qhx_generate` lines for the simulator and for a phone. `root` is where the bundle is being
     written, `final` its path once written, `manifests` its descriptions relative to it (one per
@@ -87,6 +87,13 @@ def run_section(
         "```",
         "",
     ]
+    if shared:
+        lines += [
+            "This bundle's graphs share their weights in one context binary: the x86_64 simulator "
+            "cannot load such a binary (qhx_generate says so and stops); export again with "
+            "`--no-weight-sharing` to run it here. A phone loads it.",
+            "",
+        ]
     if per_arch:
         lines += [
             f"Any arch directory runs on the simulator (`{os.path.dirname(first)}/` above). On a phone, "
@@ -156,7 +163,8 @@ def bundle_readme(root: str, final: str, report: dict[str, Any], title: str) -> 
     if report.get("manifests"):
         qairt = report.get("versions", {}).get("qairt", "?")
         arches = opt.get("arches") or ["v79"]
-        lines += run_section(root, final, report["manifests"], arches, qairt, int(opt.get("ctx") or 512))
+        ctx, shared = int(opt.get("ctx") or 512), bool(opt.get("weight_sharing"))
+        lines += run_section(root, final, report["manifests"], arches, qairt, ctx, shared)
     lines += ["## Options", "", *[f"- {k}: {v}" for k, v in opt.items()], ""]
     lines += [
         "## Files",
