@@ -40,38 +40,40 @@ impl<G> Graphs<G> {
         m: &Manifest,
         mut find: impl FnMut(&GraphRef, GraphRole) -> Result<(G, GraphDesc)>,
     ) -> Result<Graphs<G>> {
-        let mut ladder = Vec::new();
-        for r in &m.ladder {
-            ladder.push(RungGraphs {
-                prefill: r
-                    .prefill
-                    .as_ref()
-                    .map(|g| find(g, GraphRole::Prefill))
-                    .transpose()?,
-                verify: r
-                    .verify
-                    .as_ref()
-                    .map(|g| find(g, GraphRole::Verify))
-                    .transpose()?,
-                decode: find(&r.decode, GraphRole::Decode)?,
-            });
-        }
+        let ladder = m
+            .ladder
+            .iter()
+            .map(|r| {
+                pick_rung(
+                    (r.prefill.as_ref(), r.verify.as_ref(), &r.decode),
+                    &mut find,
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let top = pick_rung(
+            (m.prefill.as_ref(), m.verify.as_ref(), &m.decode),
+            &mut find,
+        )?;
         Ok(Graphs {
-            prefill: m
-                .prefill
-                .as_ref()
-                .map(|r| find(r, GraphRole::Prefill))
-                .transpose()?,
-            verify: m
-                .verify
-                .as_ref()
-                .map(|r| find(r, GraphRole::Verify))
-                .transpose()?,
-            decode: find(&m.decode, GraphRole::Decode)?,
+            prefill: top.prefill,
+            verify: top.verify,
+            decode: top.decode,
             ladder,
             lmhead: find(&m.lmhead, GraphRole::LmHead)?,
         })
     }
+}
+
+/// One rung's (prefill, verify, decode) graphs, each found by `find`.
+fn pick_rung<G>(
+    (prefill, verify, decode): (Option<&GraphRef>, Option<&GraphRef>, &GraphRef),
+    find: &mut impl FnMut(&GraphRef, GraphRole) -> Result<(G, GraphDesc)>,
+) -> Result<RungGraphs<G>> {
+    Ok(RungGraphs {
+        prefill: prefill.map(|g| find(g, GraphRole::Prefill)).transpose()?,
+        verify: verify.map(|g| find(g, GraphRole::Verify)).transpose()?,
+        decode: find(decode, GraphRole::Decode)?,
+    })
 }
 
 /// One rung's steps, resolved: (prefill, verify, decode).
