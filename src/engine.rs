@@ -11,7 +11,7 @@ use crate::plan::Plan;
 pub use crate::runner::StepProfile;
 use crate::runner::{Clock, Runner};
 use crate::sampler;
-use crate::speculative::{Governor, SpecConfig, SpecStats};
+use crate::speculative::{DraftKind, DraftModel, Governor, Lookahead, SpecConfig, SpecStats};
 use crate::stats::Stats;
 use serde::Serialize;
 use std::sync::Arc;
@@ -132,6 +132,8 @@ pub struct Engine {
     /// Structured output for the next `generate`: tokens outside the grammar are hidden
     /// before sampling, and each picked token is committed to it. Set by the caller per run.
     pub constraint: Option<crate::grammar::Constraint>,
+    /// The draft model of `--spec draft` ([`Engine::set_draft`]).
+    draft: Option<DraftModel>,
 }
 
 impl Engine {
@@ -160,8 +162,19 @@ impl Engine {
             profile: None,
             decode_bytes_formula: plan.decode_bytes_formula(),
             constraint: None,
+            draft: None,
             run,
         })
+    }
+
+    /// The draft model `--spec draft` runs drafts on (None: none; a run asking for draft
+    /// speculation without one is refused).
+    pub fn set_draft(&mut self, draft: Option<DraftModel>) {
+        self.draft = draft;
+    }
+
+    pub fn has_draft(&self) -> bool {
+        self.draft.is_some()
     }
 
     /// Forget the cache.
@@ -276,6 +289,17 @@ impl Engine {
             .as_ref()
             .filter(|_| self.speculates(cfg))
             .map(|c| (c, SpecStats::new(c), Governor::new(c.adaptive)));
+        if spec.as_ref().is_some_and(|s| s.0.kind == DraftKind::Draft) && self.draft.is_none() {
+            return Err(Error::Graph {
+                graph: "--spec draft".into(),
+                msg: "no draft bundle is loaded for this engine".into(),
+            });
+        }
+        let mut ahead = spec
+            .as_ref()
+            .filter(|s| s.0.kind == DraftKind::Lookahead)
+            .map(|s| Lookahead::new(s.0.lookahead));
+        let draft_exec0 = self.draft.as_ref().map_or(0, |m| m.executes);
         // A verify emits the tokens it yields itself; the plain path's pick is emitted here.
         let mut emitted = false;
         let finish = 'run: loop {
@@ -286,13 +310,23 @@ impl Engine {
             }
             emitted = false;
             if let Some((sc, st, gov)) = spec.as_mut() {
-                // Drafts beyond what is still wanted would only be undone.
-                let room = cfg.n_tokens - out.len();
-                let mut d =
-                    crate::speculative::lookup(&self.history, sc, sc.draft_max.min(room - 1));
-                while !d.is_empty() && !self.run.verifies(d.len() + 1) {
-                    d.pop();
+                // Drafts beyond what is still wanted would only be undone, and beyond what
+                // one verify execute takes here would be cut.
+                let mut max = sc.draft_max.min(cfg.n_tokens - out.len() - 1);
+                while max > 0 && !self.run.verifies(max + 1) {
+                    max -= 1;
                 }
+                let mut d = match sc.kind {
+                    _ if max == 0 => Vec::new(),
+                    DraftKind::Lookup => crate::speculative::lookup(&self.history, sc, max),
+                    DraftKind::Lookahead => ahead
+                        .as_mut()
+                        .map_or_else(Vec::new, |l| l.draft(&self.history, max)),
+                    DraftKind::Draft => match self.draft.as_mut() {
+                        Some(m) => m.draft(&self.history, max, sc.draft_p_min)?,
+                        None => Vec::new(),
+                    },
+                };
                 st.refused += self.cut_refused(&mut d)?;
                 let drafted = !d.is_empty() && d.len() >= sc.draft_min;
                 if drafted && !gov.speculate() {
@@ -312,8 +346,10 @@ impl Engine {
                     // greedy, its pick is the next token whatever the draft said; sampled,
                     // the draft is kept with its probability, else the residual is drawn.
                     let mut yielded = 0;
+                    let mut picks = Vec::with_capacity(chunk.len());
                     for j in 0..=d.len() {
                         let (a, kept) = self.pick_row(j, d.get(j).copied(), out.len())?;
+                        picks.push(a);
                         yielded += 1;
                         st.verify_tokens += 1;
                         st.accepted += usize::from(kept);
@@ -324,6 +360,16 @@ impl Engine {
                             break 'run r;
                         }
                         if !kept {
+                            if let Some(l) = ahead.as_mut() {
+                                // The rows after the rejection: the next Jacobi guesses.
+                                for r in j + 1..chunk.len() {
+                                    match self.row_argmax(r) {
+                                        Some(t) => picks.push(t),
+                                        None => break,
+                                    }
+                                }
+                                l.verified(&chunk, &picks, j);
+                            }
                             // Rows after a rejected draft: position and mask slots only.
                             let _ = self.run.rewind(fed);
                             tok = a;
@@ -357,6 +403,9 @@ impl Engine {
                 gov.decoded(ms(td));
                 gov.picked(tok);
             }
+            if let Some(l) = ahead.as_mut() {
+                l.decoded();
+            }
             if let Some(p) = &mut self.profile {
                 p.steps += 1;
             }
@@ -373,6 +422,8 @@ impl Engine {
             stats,
             spec: spec.map(|(_, mut st, gov)| {
                 gov.report(&mut st);
+                st.pool = ahead.as_ref().map(Lookahead::pool_len);
+                st.draft_executes = self.draft.as_ref().map(|m| m.executes - draft_exec0);
                 st.finish();
                 st
             }),
@@ -462,6 +513,14 @@ impl Engine {
         };
         self.history.push(picked.0);
         Ok(picked)
+    }
+
+    /// The greedy pick of row `j` of the last execute, for lookahead's guesses only (never
+    /// emitted): None when its logits cannot be read or are not finite.
+    fn row_argmax(&mut self, j: usize) -> Option<u32> {
+        let view = self.run.row_logits(j).ok()?;
+        view.read_f32(0, &mut self.logits);
+        sampler::argmax_checked(&self.logits).ok()
     }
 
     /// Read the last token's logits (running the head graph when the plan has one) and

@@ -43,6 +43,8 @@ pub struct Runner {
     rows_buf: Vec<f32>,
     /// Keep going on NaN / inf hidden states (`--allow-nonfinite`).
     pub allow_nonfinite: bool,
+    /// Step executes since the runner was made (a draft model's cost, in executes).
+    executes: usize,
 }
 
 impl Runner {
@@ -143,6 +145,7 @@ impl Runner {
             scratch: Vec::new(),
             rows_buf: Vec::new(),
             allow_nonfinite: false,
+            executes: 0,
         };
         r.reset()?;
         Ok(r)
@@ -194,6 +197,11 @@ impl Runner {
             }
         }
         Ok(())
+    }
+
+    /// Step executes since the runner was made.
+    pub fn executes(&self) -> usize {
+        self.executes
     }
 
     /// Whether the cache can go back to an earlier position ([`Runner::rewind`]): not when
@@ -395,6 +403,7 @@ impl Runner {
         t.io += clock.lap();
         self.pos = pos + n;
         self.last = Some((s, off, n));
+        self.executes += 1;
         if let Some(p) = profile {
             p.embed_ns += t.embed;
             p.rope_ns += t.rope;

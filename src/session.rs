@@ -77,6 +77,39 @@ pub fn room(prompt_len: usize, max_ctx: usize) -> Result<usize> {
     Ok(max_ctx - prompt_len)
 }
 
+/// The speculation a run uses: what was asked for, else what the bundle asks for (a Genie
+/// `lade` dialog runs lookahead with its values), with a note saying so.
+pub fn spec_or_bundle(
+    requested: Option<crate::speculative::SpecConfig>,
+    spec: &Spec,
+) -> (Option<crate::speculative::SpecConfig>, Option<String>) {
+    use crate::speculative::{DraftKind, SpecConfig};
+    match (requested, spec.lookahead()) {
+        (Some(r), _) => (Some(r), None),
+        (None, Some(la)) => {
+            let c = la.config;
+            let mut note = format!(
+                "lookahead decoding as {} asks (dialog.type \"lade\": window {}, ngram {}, gcap {})",
+                spec.path.display(),
+                c.window,
+                c.ngram,
+                c.gcap
+            );
+            if let Some(m) = la.update_mode.as_deref().filter(|m| *m != "FWD_MAX_HIT") {
+                note.push_str(&format!(
+                    "; update-mode {m} runs as FWD_MAX_HIT (the window moves by the hits; output is the same)"
+                ));
+            }
+            let sc = SpecConfig {
+                lookahead: c,
+                ..SpecConfig::of(DraftKind::Lookahead)
+            };
+            (Some(sc), Some(note))
+        }
+        (None, None) => (None, None),
+    }
+}
+
 /// The request's stop strings, else the ones the bundle declares (Genie's stop-sequence).
 pub fn stops_or_bundle(requested: &[String], spec: &Spec) -> Vec<String> {
     if requested.is_empty() {
@@ -121,6 +154,21 @@ impl Session {
 
     pub fn spec(&self) -> &Spec {
         &self.spec
+    }
+
+    /// Load the draft bundle `--spec draft BUNDLE` names (none for other modes) onto this
+    /// session's backend and draft with it from now on.
+    pub fn attach_draft(
+        &mut self,
+        spec: Option<&crate::speculative::SpecConfig>,
+        opts: &crate::load::LoadOptions,
+    ) -> Result<()> {
+        let Some(path) = spec.and_then(|s| s.draft_bundle.as_deref()) else {
+            return Ok(());
+        };
+        let d = crate::speculative::DraftModel::load(path, &self.loaded, opts)?;
+        self.engine.set_draft(Some(d));
+        Ok(())
     }
 
     pub fn loaded(&self) -> &Loaded {

@@ -214,9 +214,10 @@ fn genie_bundle_speculates_with_unchanged_output() {
     assert!(verifies > 0);
 }
 
-/// Sampled output keeps its distribution: 2,000 seeded runs of three tokens (top-k 5,
-/// temperature 1) with and without speculation, on a prompt that repeats the model's own
-/// continuation so lookup drafts are often right; the joint distribution of the three
+/// Sampled output keeps its distribution in every mode (lookup, lookahead, a draft
+/// model): 2,000 seeded runs of three tokens (top-k 5, temperature 1) with and without
+/// speculation, on a prompt that repeats the model's own continuation so lookup drafts
+/// are often right; the joint distribution of the three
 /// tokens passes a two-sample chi-square test at alpha = 0.001. (The acceptance rule is
 /// also tested alone, in `sampler`, where the usual broken rule is shown failing.)
 #[test]
@@ -245,7 +246,7 @@ fn sampled_output_keeps_its_distribution() {
             Ok(Next::Continue)
         })
         .unwrap();
-    let mut joint = |spec: Option<qhx::speculative::SpecConfig>| {
+    let joint = |engine: &mut Engine, spec: Option<qhx::speculative::SpecConfig>| {
         let mut counts: BTreeMap<Vec<u32>, u64> = BTreeMap::new();
         let (mut verifies, mut accepted) = (0, 0);
         for seed in 0..runs {
@@ -271,14 +272,38 @@ fn sampled_output_keeps_its_distribution() {
         }
         (counts, verifies, accepted)
     };
-    let (plain, _, _) = joint(None);
-    let (spec, verifies, accepted) = joint(Some(qhx::speculative::SpecConfig::lookup()));
-    assert!(
-        verifies > runs as usize / 10 && accepted > runs as usize / 20,
-        "{verifies} verifies, {accepted} kept"
-    );
-    // (Drafts exist when the first pick follows the prompt's earlier continuation.)
-    // Two-sample chi-square over the joint outcomes (rare ones pooled).
+    let (plain, _, _) = joint(&mut engine, None);
+    use qhx::speculative::{DraftKind, SpecConfig};
+    for kind in [DraftKind::Lookup, DraftKind::Lookahead, DraftKind::Draft] {
+        if kind == DraftKind::Draft {
+            // The same weights with f16 I/O draft (a near-copy of the target).
+            let dd = tmp("spec-dist-draft");
+            let dm = qnn_emu::writer::write_bundle(
+                &dd,
+                &SynthSpec {
+                    io: "f16".into(),
+                    ..SynthSpec::default()
+                },
+            )
+            .unwrap();
+            let dm = qhx::speculative::DraftModel::load(&dm, &loaded, &Default::default()).unwrap();
+            engine.set_draft(Some(dm));
+        }
+        let (spec, verifies, accepted) = joint(&mut engine, Some(SpecConfig::of(kind)));
+        assert!(
+            verifies > runs as usize / 10 && accepted > runs as usize / 20,
+            "{kind:?}: {verifies} verifies, {accepted} kept"
+        );
+        chi_square_passes(&plain, &spec, kind.as_str());
+    }
+}
+
+/// Two-sample chi-square over the joint outcomes (rare ones pooled), at alpha = 0.001.
+fn chi_square_passes(
+    plain: &std::collections::BTreeMap<Vec<u32>, u64>,
+    spec: &std::collections::BTreeMap<Vec<u32>, u64>,
+    what: &str,
+) {
     let keys: std::collections::BTreeSet<&Vec<u32>> = plain.keys().chain(spec.keys()).collect();
     let (mut stat, mut cats, mut pool) = (0.0, 0usize, (0.0, 0.0));
     for k in keys {
@@ -297,10 +322,10 @@ fn sampled_output_keeps_its_distribution() {
     }
     let k = (cats - 1).max(1) as f64;
     let crit = k * (1.0 - 2.0 / (9.0 * k) + 3.09 * (2.0 / (9.0 * k)).sqrt()).powi(3);
-    assert!(cats >= 4, "too few outcomes to compare: {cats}");
+    assert!(cats >= 4, "{what}: too few outcomes to compare: {cats}");
     assert!(
         stat < crit,
-        "chi2 {stat:.1} >= {crit:.1} over {cats} outcomes"
+        "{what}: chi2 {stat:.1} >= {crit:.1} over {cats} outcomes"
     );
 }
 

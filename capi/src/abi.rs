@@ -108,6 +108,10 @@ pub struct GenerateOptions {
     pub disable_thinking: i32,
     pub should_cancel: ShouldCancel,
     pub should_cancel_user: *mut c_void,
+    /// qhx extension: `--spec`'s words (NULL or "": none).
+    pub speculation: *const c_char,
+    /// qhx extension: `--draft-max` (<= 0: the default).
+    pub draft_max: i32,
 }
 
 impl Default for GenerateOptions {
@@ -117,6 +121,8 @@ impl Default for GenerateOptions {
             disable_thinking: 0,
             should_cancel: None,
             should_cancel_user: std::ptr::null_mut(),
+            speculation: std::ptr::null(),
+            draft_max: 0,
         }
     }
 }
@@ -199,10 +205,12 @@ mod layout {
 
     #[test]
     fn options() {
-        assert_eq!(size_of::<GenerateOptions>(), 24);
         assert_eq!(offset_of!(GenerateOptions, disable_thinking), 4);
         assert_eq!(offset_of!(GenerateOptions, should_cancel), 8);
         assert_eq!(offset_of!(GenerateOptions, should_cancel_user), 16);
+        assert_eq!(offset_of!(GenerateOptions, speculation), 24);
+        assert_eq!(offset_of!(GenerateOptions, draft_max), 32);
+        assert_eq!(size_of::<GenerateOptions>(), 40);
     }
 
     #[test]

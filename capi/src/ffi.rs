@@ -372,6 +372,17 @@ unsafe fn read_options(o: *const GenerateOptions) -> Result<GenerateOptions> {
         out.should_cancel_user =
             unsafe { std::ptr::addr_of!((*o).should_cancel_user).read_unaligned() };
     }
+    if covers(
+        offset_of!(GenerateOptions, speculation),
+        size_of::<*const c_char>(),
+    ) {
+        // SAFETY: see above.
+        out.speculation = unsafe { std::ptr::addr_of!((*o).speculation).read_unaligned() };
+    }
+    if covers(offset_of!(GenerateOptions, draft_max), size_of::<i32>()) {
+        // SAFETY: see above.
+        out.draft_max = unsafe { std::ptr::addr_of!((*o).draft_max).read_unaligned() };
+    }
     out.struct_size = size.min(size_of::<GenerateOptions>()) as u32;
     Ok(out)
 }
@@ -493,7 +504,11 @@ unsafe fn read_request(
         });
         poll
     });
+    // SAFETY: per the contract (NULL or a NUL-terminated string).
+    let words = unsafe { opt_str(options.speculation, "options.speculation") }?;
+    let spec = speculation(words, options.draft_max)?;
     Ok(Request {
+        spec,
         text: text.to_string(),
         system: system.map(str::to_string),
         history,
@@ -506,6 +521,45 @@ unsafe fn read_request(
         tools,
         should_cancel,
     })
+}
+
+/// `options.speculation` and `draft_max` as `--spec` and `--draft-max` take them.
+fn speculation(
+    words: Option<&str>,
+    draft_max: i32,
+) -> Result<Option<qhx_core::speculative::SpecConfig>> {
+    use qhx_core::speculative::{DraftKind, SpecConfig};
+    let bad = |m: String| Failure::new(abi::INVALID_ARGUMENT, format!("options.speculation: {m}"));
+    let Some(w) = words.map(str::trim).filter(|w| !w.is_empty()) else {
+        return Ok(None);
+    };
+    let (mode, rest) = w.split_once(char::is_whitespace).unwrap_or((w, ""));
+    let rest = rest.trim();
+    let kind = match mode {
+        "lookup" => DraftKind::Lookup,
+        "lookahead" => DraftKind::Lookahead,
+        "draft" => DraftKind::Draft,
+        _ => {
+            return Err(bad(format!(
+                "{mode:?}: expected lookup, lookahead or \"draft <bundle>\""
+            )))
+        }
+    };
+    let mut sc = SpecConfig::of(kind);
+    match (kind, rest) {
+        (DraftKind::Draft, "") => {
+            return Err(bad(
+                "\"draft\" needs the draft bundle: \"draft <bundle>\"".into()
+            ))
+        }
+        (DraftKind::Draft, b) => sc.draft_bundle = Some(b.into()),
+        (_, "") => {}
+        (_, r) => return Err(bad(format!("{mode} takes nothing after it, not {r:?}"))),
+    }
+    if draft_max > 0 {
+        sc.draft_max = draft_max as usize;
+    }
+    Ok(Some(sc))
 }
 
 /// # Safety

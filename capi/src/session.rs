@@ -186,6 +186,8 @@ pub struct Request {
     /// Tools offered through the chat template (grammar kinds 2 and 3).
     pub tools: Option<Tools>,
     pub should_cancel: Option<Poll>,
+    /// Speculative decoding (`options.speculation`).
+    pub spec: Option<qhx_core::speculative::SpecConfig>,
 }
 
 /// Sampling settings from the C config (QHexRT semantics: the penalty covers every token
@@ -262,6 +264,8 @@ pub struct Done {
 
 struct Inner {
     session: Session,
+    /// The draft bundle the session's engine drafts with (`"draft <bundle>"`).
+    draft: Option<std::path::PathBuf>,
     /// The last request's text (what `qhx_output.text` points at).
     text: CString,
 }
@@ -282,6 +286,7 @@ impl SessionHandle {
             cancel: CancelToken::new(),
             inner: Mutex::new(Inner {
                 session,
+                draft: None,
                 text: CString::default(),
             }),
             error: Mutex::new(CString::default()),
@@ -382,9 +387,21 @@ impl SessionHandle {
             ignore_eos: false,
             teacher: None,
             cancel,
-            // The C API has no speculation option yet.
-            spec: None,
+            spec: req.spec.clone(),
         };
+        let want = req.spec.as_ref().and_then(|s| s.draft_bundle.clone());
+        if want.is_some() && want != inner.draft {
+            inner
+                .session
+                .attach_draft(req.spec.as_ref(), &LoadOptions::default())
+                .map_err(|e| {
+                    let mut f = Failure::from(e);
+                    let p = want.as_deref().unwrap_or(std::path::Path::new(""));
+                    f.msg = format!("draft bundle {}: {}", p.display(), f.msg);
+                    f
+                })?;
+            inner.draft = want;
+        }
         let grammar = match req.grammar {
             Some(spec) => Some((self.model.vocab()?, spec)),
             None => None,

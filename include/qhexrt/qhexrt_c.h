@@ -101,6 +101,15 @@ typedef struct qhx_generate_options {
     int32_t disable_thinking;       /* close the reasoning block before the answer */
     qhx_should_cancel_cb should_cancel; /* polled between graph calls; nonzero stops */
     void *should_cancel_user;
+    /* qhx extensions (read only when struct_size covers them; older callers get none).
+     * speculation: qhx_generate's --spec words. NULL or "": none; "lookup" (prompt lookup);
+     * "lookahead" (Jacobi guesses and an n-gram pool); "draft <bundle>" (a manifest or Genie
+     * config with the same tokenizer, loaded onto the session's runtime at its first use
+     * and kept while the session asks for it). Drafts are verified in one execute of the
+     * bundle's multi-row graph: greedy output is unchanged, sampled output keeps its
+     * distribution; a bundle with no such graph decodes plainly. */
+    const char *speculation;
+    int32_t draft_max;              /* <= 0: the default (8, and the verify rows less one) */
 } qhx_generate_options;
 
 /* Once per generated token with the text it completes (whole UTF-8 characters, possibly

@@ -122,8 +122,28 @@ fn run(args: Args) -> Result<ExitCode> {
     for w in loaded.warnings() {
         qhx::elog!("qhx_server: {w}");
     }
+    let (spec_cfg, note) =
+        qhx::session::spec_or_bundle(args.speculation.config().map_err(qhx::cli::usage)?, &spec);
+    if let Some(n) = note {
+        qhx::elog!("qhx_server: {n}");
+    }
+    let draft = match spec_cfg.as_ref().and_then(|s| s.draft_bundle.as_deref()) {
+        Some(p) => Some((
+            qhx::speculative::DraftModel::load_bundle(p, &loaded, &LoadOptions::default())
+                .with_context(|| format!("loading the draft bundle {}", p.display()))?,
+            p.display().to_string(),
+        )),
+        None => None,
+    };
     let sessions = (0..args.parallel)
-        .map(|_| Session::new(Arc::clone(&spec), loaded.clone()))
+        .map(|_| {
+            let mut s = Session::new(Arc::clone(&spec), loaded.clone())?;
+            if let Some((d, name)) = &draft {
+                let m = qhx::speculative::DraftModel::new(d.model(), loaded.model(), name)?;
+                s.engine().set_draft(Some(m));
+            }
+            Ok(s)
+        })
         .collect::<qhx::Result<Vec<_>>>()
         .context("creating the sessions")?;
     let metrics = Arc::new(Metrics::new(sessions.len(), args.queue));
@@ -135,7 +155,7 @@ fn run(args: Args) -> Result<ExitCode> {
         Defaults {
             sampler,
             completion_max_tokens: args.completion_max_tokens,
-            spec: args.speculation.config().map_err(qhx::cli::usage)?,
+            spec: spec_cfg,
         },
         model.clone(),
         args.api_key.clone().filter(|k| !k.is_empty()),

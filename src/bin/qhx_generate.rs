@@ -86,6 +86,11 @@ fn run(args: Args, cancel: CancelToken) -> Result<ExitCode> {
     let model = loaded.context("loading the bundle")?;
     let mut session = Session::new(std::sync::Arc::clone(&req.bundle), model.clone())
         .context("binding graph I/O")?;
+    if let Some(d) = req.spec.as_ref().and_then(|s| s.draft_bundle.as_ref()) {
+        session
+            .attach_draft(req.spec.as_ref(), &req.load)
+            .with_context(|| format!("loading the draft bundle {}", d.display()))?;
+    }
     print_banner(&req, &model, session.engine());
     let mut out = qhx::os::stdio::stdout();
     match &req.mode {

@@ -28,6 +28,17 @@ pub struct Declared {
     /// A chat template the description carries itself (a manifest's `chat.template`), with
     /// the file it came from.
     pub template: Option<(String, PathBuf)>,
+    /// Speculation the bundle asks for (a Genie `lade` dialog).
+    pub lookahead: Option<Lookahead>,
+}
+
+/// A Genie `lade` dialog's lookahead, in qhx's terms.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lookahead {
+    pub config: crate::speculative::LookaheadConfig,
+    /// The config's `update-mode`, when given. qhx's one-level window always moves
+    /// forward by the verify's hits (FWD_MAX_HIT); output does not depend on it.
+    pub update_mode: Option<String>,
 }
 
 /// The sampling a Genie `sampler` block asks for, in qhx's terms.

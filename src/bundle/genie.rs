@@ -31,6 +31,24 @@ pub struct Dialog {
     pub engine: Engine,
     #[serde(default)]
     pub debug: Option<serde_json::Value>,
+    /// `type: "lade"`'s lookahead settings (optional even then, as in Genie).
+    #[serde(default)]
+    pub lade: Option<Lade>,
+}
+
+/// Genie's `dialog.lade` block.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Lade {
+    pub version: u32,
+    #[serde(default)]
+    pub update_mode: Option<String>,
+    #[serde(default)]
+    pub window: Option<usize>,
+    #[serde(default)]
+    pub ngram: Option<usize>,
+    #[serde(default)]
+    pub gcap: Option<usize>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -298,6 +316,9 @@ pub struct Resolved {
     pub max_num_tokens: Option<usize>,
     /// The config's `sampler` block, when it has one.
     pub sampling: Option<Sampling>,
+    /// `type: "lade"`: lookahead decoding with the config's values (qhx's defaults for
+    /// the ones it leaves out).
+    pub lookahead: Option<super::declared::Lookahead>,
 }
 
 impl Resolved {
@@ -321,8 +342,47 @@ impl Resolved {
             sampling: self.sampling.clone(),
             stops: self.stop.clone(),
             template: None,
+            lookahead: self.lookahead.clone(),
         }
     }
+}
+
+/// A `lade` dialog's lookahead, checked as Genie checks it (version 1, a known update
+/// mode, an n-gram of two or more).
+fn lade(l: Option<&Lade>) -> std::result::Result<super::declared::Lookahead, String> {
+    let d = crate::speculative::LookaheadConfig::default();
+    let Some(l) = l else {
+        return Ok(super::declared::Lookahead {
+            config: d,
+            update_mode: None,
+        });
+    };
+    if l.version != 1 {
+        return Err(format!(
+            "dialog.lade.version {} is not supported (only 1)",
+            l.version
+        ));
+    }
+    if let Some(m) = l.update_mode.as_deref() {
+        if !["FWD_MAX_HIT", "FWD_LEVEL", "ALWAYS_FWD_ONE"].contains(&m) {
+            return Err(format!(
+                "dialog.lade.update-mode {m:?} is not one of FWD_MAX_HIT, FWD_LEVEL, ALWAYS_FWD_ONE"
+            ));
+        }
+    }
+    let positive = |v: Option<usize>, k: &str, min: usize, def: usize| match v {
+        Some(n) if n < min => Err(format!("dialog.lade.{k} {n} is below {min}")),
+        Some(n) => Ok(n),
+        None => Ok(def),
+    };
+    Ok(super::declared::Lookahead {
+        config: crate::speculative::LookaheadConfig {
+            window: positive(l.window, "window", 1, d.window)?,
+            ngram: positive(l.ngram, "ngram", 2, d.ngram)?,
+            gcap: positive(l.gcap, "gcap", 1, d.gcap)?,
+        },
+        update_mode: l.update_mode.clone(),
+    })
 }
 
 impl GenieConfig {
@@ -343,12 +403,22 @@ impl GenieConfig {
             })
         })?;
         let d = &cfg.dialog;
-        if d.kind != "basic" {
+        if d.kind != "basic" && d.kind != "lade" {
             return Err(bad(format!(
-                "dialog.type {:?} is not supported (only \"basic\")",
+                "dialog.type {:?} is not supported (\"basic\" or \"lade\")",
                 d.kind
             )));
         }
+        let lookahead = match (d.kind.as_str(), &d.lade) {
+            ("lade", l) => Some(lade(l.as_ref()).map_err(&bad)?),
+            (_, Some(_)) => {
+                return Err(bad(format!(
+                    "dialog.lade is for dialog.type \"lade\", not {:?}",
+                    d.kind
+                )))
+            }
+            _ => None,
+        };
         let be = &d.engine.backend;
         if be.kind != "QnnHtp" {
             return Err(bad(format!(
@@ -419,6 +489,7 @@ impl GenieConfig {
             .transpose()
             .map_err(bad)?;
         Ok(Resolved {
+            lookahead,
             ctx_bins: d
                 .engine
                 .model

@@ -103,6 +103,11 @@ impl Spec {
         self.declared.sampling.as_ref()
     }
 
+    /// Lookahead decoding the bundle itself asks for (a Genie `lade` dialog).
+    pub fn lookahead(&self) -> Option<&declared::Lookahead> {
+        self.declared.lookahead.as_ref()
+    }
+
     /// Stop strings the bundle itself declares (Genie's stop-sequence).
     pub fn stops(&self) -> Vec<String> {
         self.declared.stops.clone()

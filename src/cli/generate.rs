@@ -631,7 +631,11 @@ impl Request {
             }
             _ => false,
         };
-        let spec = args.speculation.config().map_err(usage)?;
+        let (spec, note) =
+            session::spec_or_bundle(args.speculation.config().map_err(usage)?, &bundle);
+        if let Some(n) = note.filter(|_| !args.quiet && !args.bench) {
+            notes.push(n);
+        }
         let prompt = if let Some(f) = &args.tokens_in {
             Prompt::Ids(read_tokens_in(f, bundle.vocab())?)
         } else if chat && !args.interactive {

@@ -126,13 +126,16 @@ impl SamplingArgs {
 /// Speculative decoding flags (qhx_generate and qhx_server).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct SpecArgs {
-    /// Speculative decoding. `lookup`: draft the tokens that followed the latest earlier
-    /// occurrence of the text's last words (prompt lookup) and verify them in one execute
-    /// of a step that takes several rows over the cache (the bundle's verify graph, a
-    /// chunked prefill, a Genie AR-N variant). Greedy output is unchanged; sampled output
-    /// keeps its distribution. With --bench, each tg test also runs as a `tgN+lookup` row.
-    #[arg(long, value_name = "lookup", value_parser = parse_spec)]
-    pub spec: Option<crate::speculative::DraftKind>,
+    /// Speculative decoding: draft tokens cheaply and verify them in one execute of a step
+    /// that takes several rows over the cache (the bundle's verify graph, a chunked
+    /// prefill, a Genie AR-N variant). `lookup`: the tokens that followed the latest
+    /// earlier occurrence of the text's last words (prompt lookup). `lookahead`: Jacobi
+    /// guesses carried in the verify's spare rows and the n-gram pool they build (Genie's
+    /// `lade`). `draft BUNDLE`: a second bundle with the same tokenizer drafts greedily,
+    /// on the same backend. Greedy output is unchanged; sampled output keeps its
+    /// distribution. With --bench, each tg test also runs as a `tgN+<mode>` row.
+    #[arg(long, value_name = "lookup|lookahead|draft BUNDLE", num_args = 1..=2)]
+    pub spec: Option<Vec<String>>,
     /// Most drafted tokens per verify (--spec) [default: 8; the verify step's rows less one
     /// bound it too].
     #[arg(long, value_name = "N", requires = "spec", value_parser = generate::parse_n_tokens)]
@@ -154,15 +157,77 @@ pub struct SpecArgs {
     pub lookup_min: Option<usize>,
     #[arg(long, value_name = "N", requires = "spec", value_parser = generate::parse_n_tokens)]
     pub lookup_max: Option<usize>,
+    /// --spec lookahead: Jacobi guesses carried ahead of the current token (bounded by the
+    /// verify step's rows less one), the pool's n-gram length, and the n-grams it keeps
+    /// per first token (Genie lade's window / ngram / gcap) [default: 7, 4, 8].
+    #[arg(long, value_name = "W", requires = "spec", value_parser = generate::parse_n_tokens)]
+    pub lookahead_window: Option<usize>,
+    #[arg(long, value_name = "N", requires = "spec", value_parser = parse_ngram)]
+    pub lookahead_ngram: Option<usize>,
+    #[arg(long, value_name = "G", requires = "spec", value_parser = generate::parse_n_tokens)]
+    pub lookahead_gcap: Option<usize>,
+    /// --spec draft: stop drafting at a pick the draft model gives less than this
+    /// probability (0 drafts --draft-max every time) [default: 0.75].
+    #[arg(long, value_name = "P", requires = "spec", value_parser = parse_p_min)]
+    pub draft_p_min: Option<f32>,
 }
 
 impl SpecArgs {
     /// The speculation settings, with the defaults for flags not given (None: no `--spec`).
     pub fn config(&self) -> Result<Option<crate::speculative::SpecConfig>, String> {
-        let Some(kind) = self.spec else {
+        use crate::speculative::DraftKind;
+        let Some(vals) = &self.spec else {
             return Ok(None);
         };
-        let d = crate::speculative::SpecConfig::lookup();
+        let kind = parse_spec(&vals[0])?;
+        let draft_bundle = match (kind, vals.get(1)) {
+            (DraftKind::Draft, Some(b)) => Some(std::path::PathBuf::from(b)),
+            (DraftKind::Draft, None) => {
+                return Err("--spec draft needs the draft bundle: --spec draft BUNDLE".into())
+            }
+            (_, Some(v)) => {
+                return Err(format!(
+                    "--spec {} takes no bundle, but {v:?} followed it (put --spec after the positional arguments)",
+                    vals[0]
+                ))
+            }
+            (_, None) => None,
+        };
+        let given = |set: bool, flag: &str, mode: DraftKind| {
+            if set && kind != mode {
+                Err(format!("{flag} is an option of --spec {}", mode.as_str()))
+            } else {
+                Ok(())
+            }
+        };
+        given(self.lookup_min.is_some(), "--lookup-min", DraftKind::Lookup)?;
+        given(self.lookup_max.is_some(), "--lookup-max", DraftKind::Lookup)?;
+        given(
+            self.lookahead_window.is_some(),
+            "--lookahead-window",
+            DraftKind::Lookahead,
+        )?;
+        given(
+            self.lookahead_ngram.is_some(),
+            "--lookahead-ngram",
+            DraftKind::Lookahead,
+        )?;
+        given(
+            self.lookahead_gcap.is_some(),
+            "--lookahead-gcap",
+            DraftKind::Lookahead,
+        )?;
+        given(
+            self.draft_p_min.is_some(),
+            "--draft-p-min",
+            DraftKind::Draft,
+        )?;
+        let d = crate::speculative::SpecConfig::of(kind);
+        let la = crate::speculative::LookaheadConfig {
+            window: self.lookahead_window.unwrap_or(d.lookahead.window),
+            ngram: self.lookahead_ngram.unwrap_or(d.lookahead.ngram),
+            gcap: self.lookahead_gcap.unwrap_or(d.lookahead.gcap),
+        };
         let sp = crate::speculative::SpecConfig {
             kind,
             draft_max: self.draft_max.unwrap_or(d.draft_max),
@@ -170,6 +235,9 @@ impl SpecArgs {
             adaptive: self.spec_adaptive.unwrap_or(d.adaptive),
             ngram_min: self.lookup_min.unwrap_or(d.ngram_min),
             ngram_max: self.lookup_max.unwrap_or(d.ngram_max),
+            lookahead: la,
+            draft_p_min: self.draft_p_min.unwrap_or(d.draft_p_min),
+            draft_bundle,
         };
         if sp.ngram_min > sp.ngram_max {
             return Err(format!(
@@ -202,9 +270,30 @@ fn parse_adaptive(s: &str) -> std::result::Result<crate::speculative::Adaptive, 
 }
 
 fn parse_spec(s: &str) -> std::result::Result<crate::speculative::DraftKind, String> {
+    use crate::speculative::DraftKind;
     match s {
-        "lookup" => Ok(crate::speculative::DraftKind::Lookup),
-        _ => Err(format!("--spec {s:?}: expected lookup")),
+        "lookup" => Ok(DraftKind::Lookup),
+        "lookahead" => Ok(DraftKind::Lookahead),
+        "draft" => Ok(DraftKind::Draft),
+        _ => Err(format!(
+            "--spec {s:?}: expected lookup, lookahead or draft BUNDLE"
+        )),
+    }
+}
+
+/// `--lookahead-ngram`: 2 or more (a 1-gram drafts nothing).
+fn parse_ngram(s: &str) -> std::result::Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= 2 => Ok(n),
+        _ => Err(format!("{s:?}: expected an n-gram length of 2 or more")),
+    }
+}
+
+/// `--draft-p-min`: a probability in [0, 1].
+fn parse_p_min(s: &str) -> std::result::Result<f32, String> {
+    match s.trim().parse::<f32>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("{s:?}: expected a probability from 0 to 1")),
     }
 }
 

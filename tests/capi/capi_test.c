@@ -30,7 +30,9 @@ _Static_assert(offsetof(qhx_inputs, audio_sr) == 60, "qhx_inputs.audio_sr");
 _Static_assert(sizeof(qhx_gen_cfg) == 56, "qhx_gen_cfg");
 _Static_assert(offsetof(qhx_gen_cfg, seed) == 24, "qhx_gen_cfg.seed");
 _Static_assert(offsetof(qhx_gen_cfg, grammar_kind) == 44, "qhx_gen_cfg.grammar_kind");
-_Static_assert(sizeof(qhx_generate_options) == 24, "qhx_generate_options");
+_Static_assert(sizeof(qhx_generate_options) == 40, "qhx_generate_options");
+_Static_assert(offsetof(qhx_generate_options, speculation) == 24, "options.speculation");
+_Static_assert(offsetof(qhx_generate_options, draft_max) == 32, "options.draft_max");
 _Static_assert(offsetof(qhx_generate_options, should_cancel) == 8, "options.should_cancel");
 _Static_assert(sizeof(qhx_output) == 88, "qhx_output");
 _Static_assert(offsetof(qhx_output, decode_ms) == 24, "qhx_output.decode_ms");
@@ -275,6 +277,39 @@ int main(int argc, char **argv) {
             rc = run(sa, PROMPT, 0, &opt, &st, &out);
             CHECK(rc == QHX_STATUS_OK && out.text && strcmp(out.text, want_a) == 0,
                   "after the cancel the same request gives the same text");
+
+            /* Speculation (qhx extension): every mode gives the plain text; model A drafts
+             * for itself in "draft" mode (the same tokenizer, so every draft is kept). */
+            char draft_words[4200];
+            snprintf(draft_words, sizeof draft_words, "draft %s", ma);
+            const char *modes[] = {"lookup", "lookahead", draft_words};
+            for (int k = 0; k < 3; k++) {
+                opt.speculation = modes[k];
+                opt.draft_max = k == 2 ? 4 : 0;
+                rc = run(sa, PROMPT, 0, &opt, &st, &out);
+                CHECK(rc == QHX_STATUS_OK && out.text && strcmp(out.text, want_a) == 0,
+                      "speculation \"%.12s\" -> %s, the plain text: \"%s\" %s", modes[k],
+                      qhx_status_str(rc), out.text ? out.text : "(null)",
+                      rc ? qhx_session_last_error(sa) : "");
+            }
+            opt.speculation = "jacobi";
+            rc = run(sa, PROMPT, 0, &opt, &st, &out);
+            CHECK(rc == QHX_STATUS_INVALID_ARGUMENT &&
+                      strstr(qhx_session_last_error(sa), "options.speculation"),
+                  "speculation \"jacobi\" -> %s: %s", qhx_status_str(rc),
+                  qhx_session_last_error(sa));
+            opt.speculation = "draft /nonexistent/draft.json";
+            rc = run(sa, PROMPT, 0, &opt, &st, &out);
+            CHECK(rc != QHX_STATUS_OK && strstr(qhx_session_last_error(sa), "/nonexistent/draft.json"),
+                  "a missing draft bundle -> %s: %s", qhx_status_str(rc),
+                  qhx_session_last_error(sa));
+            /* A caller built against the 1.0 struct (24 bytes) never has it read. */
+            opt.speculation = "jacobi";
+            opt.struct_size = 24;
+            rc = run(sa, PROMPT, 0, &opt, &st, &out);
+            CHECK(rc == QHX_STATUS_OK && strcmp(out.text, want_a) == 0,
+                  "a 24-byte options struct ignores speculation -> %s", qhx_status_str(rc));
+            qhx_generate_options_default(&opt);
 
             /* A callback returning 0 gets no further token calls. */
             memset(&st, 0, sizeof st);

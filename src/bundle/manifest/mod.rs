@@ -405,6 +405,7 @@ impl Manifest {
             sampling: None,
             stops: Vec::new(),
             template,
+            lookahead: None,
         }
     }
 
