@@ -225,7 +225,7 @@ ppassed=$((ppassed + ${spassed:-0}))
 pfailed=$((pfailed + ${sfailed:-0} + (src != 0 && ${sfailed:-0} == 0 ? 1 : 0)))
 [[ $src -eq 0 ]] || prc=1
 
-stage "bundle-shape matrix (prefill window/chunked/none x pos/head-major KV x f32/f16/ufixed16; SmolLM2 with --spec lookup)"
+stage "bundle-shape matrix (prefill window/chunked/none x pos/head-major KV x f32/f16/ufixed16; SmolLM2 with --spec lookup / lookahead / draft)"
 matrix=$(QHX_MATRIX=${QHX_MATRIX:-ci} scripts/build-matrix.sh)
 mlog=$tmp/matrix.log
 mrc=0
@@ -236,6 +236,11 @@ mrc=0
     # Speculative decoding (prompt lookup, verified through the chunked prefill): every
     # SmolLM2 golden still exact, and some drafts verified.
     python3 -m harness.parity --bundles "$matrix" --variants past-pos_major-f32 --filter smollm2/ --extra-args "--spec lookup"
+    # ... and with lookahead, and with the f16 decode-over-prompt bundle of the same weights
+    # as the draft model.
+    python3 -m harness.parity --bundles "$matrix" --variants past-pos_major-f32 --filter smollm2/ --extra-args "--spec lookahead"
+    python3 -m harness.parity --bundles "$matrix" --variants past-pos_major-f32 --filter smollm2/ \
+        --extra-args "--spec draft $matrix/smollm2-none-pos_major-f16/smollm2.json"
     # Layered plans in the other shapes: Gemma 3's window masks under a chunked prefill, LFM2's
     # conv state seeded by decode alone.
     python3 -m harness.parity --variants past-f32 --filter gemma3w/

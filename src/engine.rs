@@ -487,10 +487,18 @@ impl Engine {
     /// the row is masked first and its pick committed, as a plain constrained step does:
     /// the rows before it kept their drafts, so the grammar's state is the row's own.
     fn pick_row(&mut self, j: usize, draft: Option<u32>, step: usize) -> Result<(u32, bool)> {
+        let c = self.sampler.config();
+        let greedy = c.is_greedy() && c.repeat_penalty == 1.0 && self.constraint.is_none();
+        if greedy {
+            // A verify head that takes the argmax in the graph: no logits cross to the host.
+            if let Some(t) = self.run.row_pick(j)? {
+                self.history.push(t);
+                return Ok((t, draft == Some(t)));
+            }
+        }
         let view = self.run.row_logits(j)?;
         view.read_f32(0, &mut self.logits);
-        let c = self.sampler.config();
-        let picked = if c.is_greedy() && c.repeat_penalty == 1.0 && self.constraint.is_none() {
+        let picked = if greedy {
             let t =
                 sampler::argmax_checked(&self.logits).map_err(|_| self.nonfinite_logits(step))?;
             (t, draft == Some(t))
@@ -518,6 +526,9 @@ impl Engine {
     /// The greedy pick of row `j` of the last execute, for lookahead's guesses only (never
     /// emitted): None when its logits cannot be read or are not finite.
     fn row_argmax(&mut self, j: usize) -> Option<u32> {
+        if let Ok(Some(t)) = self.run.row_pick(j) {
+            return Some(t);
+        }
         let view = self.run.row_logits(j).ok()?;
         view.read_f32(0, &mut self.logits);
         sampler::argmax_checked(&self.logits).ok()

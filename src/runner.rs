@@ -45,6 +45,9 @@ pub struct Runner {
     pub allow_nonfinite: bool,
     /// Step executes since the runner was made (a draft model's cost, in executes).
     executes: usize,
+    /// The verify head's binding, and whether it has run on the last execute's rows.
+    vhead: Option<usize>,
+    vhead_fresh: bool,
 }
 
 impl Runner {
@@ -62,6 +65,10 @@ impl Runner {
             index.push(v);
         }
         let head = plan.head.as_ref().map(|h| {
+            graphs.push((&h.graph, &h.desc));
+            graphs.len() - 1
+        });
+        let vhead = plan.verify_head.as_ref().map(|h| {
             graphs.push((&h.graph, &h.desc));
             graphs.len() - 1
         });
@@ -146,6 +153,8 @@ impl Runner {
             rows_buf: Vec::new(),
             allow_nonfinite: false,
             executes: 0,
+            vhead,
+            vhead_fresh: false,
         };
         r.reset()?;
         Ok(r)
@@ -404,6 +413,7 @@ impl Runner {
         self.pos = pos + n;
         self.last = Some((s, off, n));
         self.executes += 1;
+        self.vhead_fresh = false;
         if let Some(p) = profile {
             p.embed_ns += t.embed;
             p.rope_ns += t.rope;
@@ -562,6 +572,10 @@ impl Runner {
             ));
         };
         let (b, o, sink) = self.result[s];
+        if j < n && matches!(sink, Sink::Hidden) && self.run_verify_head(false)? {
+            let h = self.vhead.expect("run_verify_head checked it");
+            return Ok(self.bind.get(h).output(0).slice(j * vocab, vocab));
+        }
         let name = || self.bind.get(b).desc.name.clone();
         if j >= n {
             return Err(Error::graph(
@@ -592,6 +606,54 @@ impl Runner {
                 format!("gives only the last row's logits, not token {j}'s"),
             )),
         }
+    }
+
+    /// The argmax of row `j` of the last execute, when the bundle's verify head computes
+    /// it in the graph (None: read the row's logits instead).
+    pub fn row_pick(&mut self, j: usize) -> Result<Option<u32>> {
+        let Some((s, _, n)) = self.last else {
+            return Ok(None);
+        };
+        if j >= n || !matches!(self.result[s].2, Sink::Hidden) || !self.run_verify_head(true)? {
+            return Ok(None);
+        }
+        let h = self.vhead.expect("run_verify_head checked it");
+        let Typed::I32(ids) = self.bind.get(h).output(0) else {
+            return Ok(None);
+        };
+        Ok(u32::try_from(ids[j]).ok())
+    }
+
+    /// Run the verify head over the last execute's rows (once per execute) when the bundle
+    /// has one of the kind asked for (`ids`: argmax ids, else logits) that holds them all.
+    /// False when it does not apply (the one-row head serves instead).
+    fn run_verify_head(&mut self, ids: bool) -> Result<bool> {
+        let (Some(vh), Some(spec)) = (self.vhead, self.plan.verify_head.as_ref()) else {
+            return Ok(false);
+        };
+        let Some((s, off, n)) = self.last else {
+            return Ok(false);
+        };
+        if spec.ids != ids || n > spec.rows || n < 2 {
+            return Ok(false);
+        }
+        if !self.vhead_fresh {
+            let (b, o, _) = self.result[s];
+            let width = self.hidden.len();
+            let mut rows = std::mem::take(&mut self.rows_buf);
+            rows.resize(spec.rows * width, 0.0);
+            // Rows past the chunk are zero (their picks are never read).
+            rows[n * width..].fill(0.0);
+            self.bind
+                .get(b)
+                .output(o)
+                .read_f32(off * width, &mut rows[..n * width]);
+            self.bind.get_mut(vh).input_mut(0).write_f32(0, &rows);
+            self.rows_buf = rows;
+            spec.graph.execute(self.bind.get_mut(vh))?;
+            self.vhead_fresh = true;
+        }
+        Ok(true)
     }
 
     /// A copy of the cache state (the home step's past inputs and the persistent masks that

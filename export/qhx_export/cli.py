@@ -116,6 +116,14 @@ def parser() -> argparse.ArgumentParser:
         "K-1 drafted tokens per execute); 2..--ar-1, e.g. 8",
     )
     ap.add_argument(
+        "--verify-head",
+        metavar="logits|argmax",
+        help="with --verify-rows K: also write the lm-head over the verify's K rows as one graph "
+        "(beside the lm-head, sharing its weights), so a verify reads its logits in one execute; "
+        "argmax: the graph gives each row's greedy pick (int32) and no logits cross to the host "
+        "(sampled and constrained runs then use the one-row head)",
+    )
+    ap.add_argument(
         "--format",
         choices=("qhx", "genie", "both"),
         default="qhx",
@@ -334,6 +342,19 @@ def _check_args(a: argparse.Namespace) -> None:
         opt = "--verify-rows" if k == a.verify_rows else "--estimate-verify"
         if not 2 <= k <= a.ctx:
             raise ExportError(f"{opt} {k}: must be 2 or more and at most --ctx {a.ctx}")
+    if a.verify_head is not None:
+        if a.verify_head.startswith("topk:"):
+            raise NotImplementedYet(
+                f"--verify-head {a.verify_head}: an in-graph top-k head is not written yet (logits or argmax)"
+            )
+        if a.verify_head not in ("logits", "argmax"):
+            raise ExportError(f"--verify-head {a.verify_head!r}: expected logits or argmax")
+        if a.verify_rows is None:
+            raise ExportError("--verify-head needs --verify-rows K (the rows it reads)")
+        if a.target == "htp":
+            raise NotImplementedYet(
+                "--verify-head --target htp: the K-row head is written for --target emu only so far"
+            )
     if a.verify_rows is not None and a.prefill != "none" and a.verify_rows >= a.ar:
         raise ExportError(f"--verify-rows {a.verify_rows}: must be fewer than the prefill's --ar {a.ar}")
     if a.estimate_verify and not (a.estimate or a.estimate_only):
@@ -553,6 +574,7 @@ def _export_emu(a: argparse.Namespace, ck: Any, t0: float) -> list[str]:
                 kv_layout=a.kv_layout,
                 shared=a.shared,
                 verify_rows=a.verify_rows,
+                verify_head=a.verify_head,
                 calib=a.calib,
                 embed_dtype=a.embed_dtype,
                 weights=a.weights,

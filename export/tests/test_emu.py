@@ -233,3 +233,61 @@ def test_bad_verify_rows_is_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) >= 1 and needle in err[-1], err
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+
+
+@pytest.mark.skipif(
+    not (RELEASE / "qhx_generate").exists() or not (RELEASE / "libqnn_emu.so").exists(),
+    reason="target/release/qhx_generate and libqnn_emu.so not built (cargo build --release)",
+)
+@pytest.mark.parametrize("head", ["logits", "argmax"])
+def test_verify_head_reads_a_verify_in_one_execute(tmp_path: Path, head: str) -> None:
+    """--verify-head: the lm-head over the verify's K rows sits beside the lm-head (its weights
+    once); qhx_generate --spec runs it once per verify, where the one-row head ran once per row,
+    and the greedy ids are those of the bundle without it (and of the plain run)."""
+    import subprocess
+
+    c = tiny_config("llama")
+    path = write_gguf(tmp_path / "Tiny-Test.Q4_1.gguf", c, tiny_weights(c, seed=29), types=types)
+    ck = open_checkpoint(str(path))
+    plain, vh = tmp_path / "plain", tmp_path / "vh"
+    for d, h in ((plain, None), (vh, head)):
+        d.mkdir()
+        o = EmuOptions(name="tiny", prefill_len=8, ctx=64, prefill="past", verify_rows=4, verify_head=h)
+        write_bundle(ck, str(d), o, lambda m: None)
+    man = json.loads((vh / "tiny.json").read_text())["artifacts"]["contexts"]
+    assert man["verify_head"] == {"bin": "tiny_lmhead.bin", "graph": "tiny_verify_head"}
+    header, _, _ = read_context(str(vh / "tiny_lmhead.bin"))
+    g = {x["name"]: x for x in header["graphs"]}["tiny_verify_head"]
+    assert (g["kind"], g["seq"]) == ("lmhead", 4)
+    assert g["outputs"][0]["dims"] == ([4, c.vocab] if head == "logits" else [4])
+    assert header["weights"] == read_context(str(plain / "tiny_lmhead.bin"))[0]["weights"]
+    lib = str(RELEASE / "libqnn_emu.so")
+
+    def run(d: Path, extra: list[str]) -> tuple[list[int], dict[str, int], dict]:
+        trace = d / "trace.json"
+        env = dict(os.environ, QNN_EMU_TRACE=str(trace))
+        cmd = [str(RELEASE / "qhx_generate"), str(d / "tiny.json"), lib, lib, str(d), "24"]
+        r = subprocess.run(
+            [*cmd, "a b a b a b a b", "--json", "--ignore-eos", *extra],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
+        assert r.returncode == 0, r.stderr[-600:]
+        doc = json.loads(r.stdout)
+        t = json.loads(trace.read_text())
+        ex = {name: st["executes"] for name, st in t.get("exec", {}).items()}
+        return [int(x) for x in doc["output_ids"]], ex, doc.get("spec") or {}
+
+    spec = ["--spec", "lookup", "--spec-adaptive", "off", "--lookup-min", "1", "--draft-max", "3"]
+    base, _, _ = run(plain, [])
+    ids_p, ex_p, sp_p = run(plain, spec)
+    ids_v, ex_v, sp_v = run(vh, spec)
+    assert ids_p == base and ids_v == base
+    verifies = sp_v["verifies"]
+    assert verifies > 0 and sp_v == sp_p
+    assert ex_v.get("tiny_verify_head") == verifies, ex_v
+    # the one-row head ran once per verify row before (every token a verify yielded); now a
+    # verify runs none of it
+    yielded = round(sp_v["tokens_per_verify"] * verifies)
+    assert ex_p["tiny_lmhead"] - ex_v["tiny_lmhead"] == yielded, (ex_v, ex_p, sp_v)

@@ -95,6 +95,7 @@ pub fn resolve<G>(
     let max_ctx = steps[last].past.min(cfg.ctx_size);
     let n_layers = steps[0].layers.len();
     let plan = Plan {
+        verify_head: None,
         steps,
         head: None,
         n_layers,

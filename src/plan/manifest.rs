@@ -31,6 +31,7 @@ pub struct Graphs<G> {
     pub decode: (G, GraphDesc),
     pub ladder: Vec<RungGraphs<G>>,
     pub lmhead: (G, GraphDesc),
+    pub verify_head: Option<(G, GraphDesc)>,
 }
 
 impl<G> Graphs<G> {
@@ -60,6 +61,11 @@ impl<G> Graphs<G> {
             decode: top.decode,
             ladder,
             lmhead: find(&m.lmhead, GraphRole::LmHead)?,
+            verify_head: m
+                .verify_head
+                .as_ref()
+                .map(|r| find(r, GraphRole::VerifyHead))
+                .transpose()?,
         })
     }
 }
@@ -185,8 +191,27 @@ pub fn resolve<G>(m: &Manifest, g: Graphs<G>, embed: Option<EmbedTable>) -> Resu
     steps.extend(decodes);
     debug_assert_eq!(steps.len() - first_decode, n);
     check_lmhead(m, &g.lmhead.1)?;
+    let verify_head = match g.verify_head {
+        Some((graph, desc)) => {
+            let want = steps
+                .iter()
+                .filter(|s| s.has_past() && s.rows > 1)
+                .map(|s| s.rows)
+                .min()
+                .unwrap_or(2);
+            let (rows, ids) = check_verify_head(m, &desc, want)?;
+            Some(super::VerifyHead {
+                graph,
+                desc,
+                rows,
+                ids,
+            })
+        }
+        None => None,
+    };
     let ctx = steps.last().map_or(0, |s| s.past);
     Ok(Plan {
+        verify_head,
         steps,
         head: Some(Head {
             graph: g.lmhead.0,
@@ -667,6 +692,42 @@ fn state_io(
         st.seed = Some((0, sd));
     }
     Ok(st)
+}
+
+/// A verify head maps K hidden rows to K x vocab logits or K argmax ids (int32), K at least
+/// the verify step's rows. Returns (K, ids).
+fn check_verify_head(m: &Manifest, d: &GraphDesc, verify_rows: usize) -> Result<(usize, bool)> {
+    let bad = |msg: String| Err(Error::graph(&d.name, msg));
+    if d.inputs.len() != 1 || d.outputs.len() != 1 {
+        return bad(format!(
+            "a verify head has one input and one output, this one has {} and {}",
+            d.inputs.len(),
+            d.outputs.len()
+        ));
+    }
+    let (x, y) = (&d.inputs[0], &d.outputs[0]);
+    let h = m.params.hidden;
+    if x.elems() % h != 0 || x.elems() < h * verify_rows {
+        return bad(format!(
+            "input {} should hold K >= {verify_rows} (the verify rows) hidden={h} rows",
+            x.describe()
+        ));
+    }
+    let rows = x.elems() / h;
+    let ids = y.dtype == qnn_sys::dtype::INT_32;
+    let want = if ids { rows } else { rows * m.params.vocab };
+    if y.elems() != want {
+        return bad(format!(
+            "output {} should hold {}",
+            y.describe(),
+            if ids {
+                format!("{rows} argmax ids (int32)")
+            } else {
+                format!("{rows} x vocab={} logits", m.params.vocab)
+            }
+        ));
+    }
+    Ok((rows, ids))
 }
 
 /// An lm-head maps one hidden state to vocab logits.

@@ -165,6 +165,15 @@ pub struct Head<G = Graph> {
     pub desc: GraphDesc,
 }
 
+/// A verify head: the lm-head over `rows` hidden rows in one execute, giving each row's
+/// logits (`rows x vocab`) or, when `ids`, each row's argmax (int32, computed in the graph).
+pub struct VerifyHead<G = Graph> {
+    pub graph: G,
+    pub desc: GraphDesc,
+    pub rows: usize,
+    pub ids: bool,
+}
+
 /// RoPE parameters: the runner builds one table of every position from them.
 #[derive(Debug, Clone)]
 pub struct RopeSpec {
@@ -177,6 +186,8 @@ pub struct Plan<G = Graph> {
     /// Most rows first; the last step takes one token (decode).
     pub steps: Vec<Step<G>>,
     pub head: Option<Head<G>>,
+    /// The verify head, when the bundle has one: a verify's rows go through it at once.
+    pub verify_head: Option<VerifyHead<G>>,
     pub n_layers: usize,
     pub n_kv: usize,
     pub head_dim: usize,
@@ -349,6 +360,7 @@ impl<G> Plan<G> {
             .iter()
             .flat_map(|s| s.splits.iter().map(|sp| (&sp.graph, &sp.desc)))
             .chain(self.head.iter().map(|h| (&h.graph, &h.desc)))
+            .chain(self.verify_head.iter().map(|h| (&h.graph, &h.desc)))
     }
 }
 

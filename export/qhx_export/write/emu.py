@@ -52,6 +52,7 @@ class EmuOptions:
     kv_layout: str = "pos_major"  # pos_major | head_major
     shared: bool = False  # prefill and decode graphs in one binary
     verify_rows: int | None = None  # a k-row verify graph over the decode cache (speculative decoding)
+    verify_head: str | None = None  # logits | argmax: the lm-head over the verify's k rows in one execute
     calib: str | None = None  # value ranges JSON (QNN_EMU_CALIBRATE) for fixed-point I/O
     embed_dtype: str = "f32"
     weights: str = "q"  # q | f32
@@ -209,6 +210,19 @@ def graphs_for(p: dict[str, Any], o: EmuOptions, ranges: Ranges | None) -> dict[
     if o.verify_rows is not None:
         # Speculative decoding checks k - 1 drafted tokens in one execute over the cache.
         out["verify"] = rows_graph("verify", o.verify_rows, True)
+    if o.verify_rows is not None and o.verify_head is not None:
+        # ... and reads all k rows' logits (or their argmax) from one head execute.
+        k = o.verify_rows
+        y = t("logits", [k, V], lm_io) if o.verify_head == "logits" else t("ids", [k], "int32")
+        out["verify_head"] = {
+            "name": f"{o.name}_verify_head",
+            "kind": "lmhead",
+            "seq": k,
+            "ctx": 0,
+            "norm": not final_norm,
+            "inputs": [t("hidden", [k, H], lm_io)],
+            "outputs": [y],
+        }
     return out
 
 
@@ -302,8 +316,12 @@ def write_graph_binaries(
                 if extra:
                     refs["verify"] = {"bin": f, "graph": graphs["verify"]["name"]}
     f = f"{o.name}_lmhead.bin"
-    sizes[f] = write_context(os.path.join(out_dir, f), p, [graphs["lmhead"]], head, o)
+    # A verify head sits beside the lm-head: one copy of its weights.
+    heads = [graphs[k] for k in ("lmhead", "verify_head") if k in graphs]
+    sizes[f] = write_context(os.path.join(out_dir, f), p, heads, head, o)
     refs["lmhead"] = {"bin": f, "graph": graphs["lmhead"]["name"]}
+    if "verify_head" in graphs:
+        refs["verify_head"] = {"bin": f, "graph": graphs["verify_head"]["name"]}
     return {"refs": refs, "sizes": sizes}
 
 

@@ -86,6 +86,10 @@ pub struct Contexts {
     /// decoding checks several drafted tokens in one execute (`--spec`).
     #[serde(default)]
     pub verify: Option<ContextRef>,
+    /// A verify head: the lm-head over all of a verify's rows in one execute (K x vocab
+    /// logits, or K argmax ids), so a verify does not run the one-row head per row.
+    #[serde(default)]
+    pub verify_head: Option<ContextRef>,
     /// One binary holding the prefill and decode graphs (weights shared).
     #[serde(default)]
     pub shared: Option<ContextRef>,
@@ -302,6 +306,7 @@ pub enum GraphRole {
     Verify,
     Decode,
     LmHead,
+    VerifyHead,
 }
 
 impl GraphRole {
@@ -312,6 +317,7 @@ impl GraphRole {
             GraphRole::Verify => "verify",
             GraphRole::Decode => "decode",
             GraphRole::LmHead => "lmhead",
+            GraphRole::VerifyHead => "verify_head",
         }
     }
 
@@ -322,6 +328,7 @@ impl GraphRole {
             GraphRole::Verify => &["verify", "spec"],
             GraphRole::Decode => &["decode", "dec", "ar1"],
             GraphRole::LmHead => &["lmhead", "lm_head", "lmh"],
+            GraphRole::VerifyHead => &["verify_head", "vhead"],
         }
     }
 }
@@ -346,6 +353,8 @@ pub struct Manifest {
     /// `verify` and `decode` above are the largest rung's.
     pub ladder: Vec<steps::Rung>,
     pub lmhead: GraphRef,
+    /// The verify head, when the bundle has one (`--verify-head`).
+    pub verify_head: Option<GraphRef>,
     pub embed: PathBuf,
     pub embed_dtype: EmbedDtype,
     pub tokenizer: PathBuf,
@@ -368,6 +377,7 @@ impl Manifest {
         }
         v.extend(self.prefill.iter().chain(&self.verify));
         v.extend([&self.decode, &self.lmhead]);
+        v.extend(&self.verify_head);
         v
     }
 
@@ -388,6 +398,9 @@ impl Manifest {
         }
         files.push(("decode binary", self.decode.bin.clone()));
         files.push(("lm-head binary", self.lmhead.bin.clone()));
+        if let Some(r) = &self.verify_head {
+            files.push(("verify-head binary", r.bin.clone()));
+        }
         let template = self
             .chat
             .as_ref()
@@ -571,7 +584,7 @@ impl Manifest {
             }
             Ok(root.join(name))
         };
-        let (prefill, verify, decode, ladder, lmhead) = if raw.schema_version >= 2 {
+        let (prefill, verify, decode, ladder, lmhead, verify_head) = if raw.schema_version >= 2 {
             if raw.artifacts.contexts.is_some() {
                 return Err(err(
                     "artifacts.contexts: schema_version 2 names its graphs in plan.steps, not here"
@@ -593,7 +606,14 @@ impl Manifest {
                 })
             };
             let st = steps::resolve(st, &bin).map_err(err)?;
-            (st.prefill, st.verify, st.decode, st.ladder, st.head)
+            (
+                st.prefill,
+                st.verify,
+                st.decode,
+                st.ladder,
+                st.head,
+                st.verify_head,
+            )
         } else {
             if raw.plan.steps.is_some() {
                 return Err(err("plan.steps: needs schema_version 2".into()));
@@ -656,7 +676,17 @@ impl Manifest {
                 .map(|r| gref(r, "artifacts.contexts.verify", true))
                 .transpose()?;
             let lmhead = gref(&c.lmhead, "artifacts.contexts.lmhead", false)?;
-            (prefill, verify, decode, Vec::new(), lmhead)
+            let verify_head = c
+                .verify_head
+                .as_ref()
+                .map(|r| gref(r, "artifacts.contexts.verify_head", false))
+                .transpose()?;
+            if verify_head.is_some() && verify.is_none() {
+                return Err(err(
+                    "artifacts.contexts.verify_head: a verify head needs a verify graph (artifacts.contexts.verify)".into(),
+                ));
+            }
+            (prefill, verify, decode, Vec::new(), lmhead, verify_head)
         };
         let (embed_name, embed_dtype) = match &raw.artifacts.embed {
             EmbedRef::File(f) => (f.as_str(), EmbedDtype::F16),
@@ -676,6 +706,7 @@ impl Manifest {
             decode,
             ladder,
             lmhead,
+            verify_head,
             embed: resolve(embed_name, "artifacts.embed")?,
             embed_dtype,
             tokenizer: resolve(&raw.artifacts.tokenizer, "artifacts.tokenizer")?,

@@ -41,6 +41,9 @@ const STACK_SINKS: &[(&str, &str, bool)] = &[
 ];
 const HEAD_SOURCES: &[(&str, &str, bool)] = &[("hidden", "x", false)];
 const HEAD_SINKS: &[(&str, &str, bool)] = &[("logits", "y", false)];
+/// A verify head gives each row's logits, or (computed in the graph) each row's argmax.
+const VERIFY_HEAD_SINKS: &[(&str, &str, bool)] =
+    &[("logits", "y", false), ("argmax", "ids", false)];
 
 /// Kinds the plan describes but this version does not feed on manifest bundles yet (a
 /// bundle using one is refused by name, not as a typo).
@@ -69,6 +72,8 @@ pub struct Steps {
     pub decode: GraphRef,
     pub ladder: Vec<Rung>,
     pub head: GraphRef,
+    /// The verify head (a last `verify_head` step), when the bundle has one.
+    pub verify_head: Option<GraphRef>,
 }
 
 /// Indices of one rung's (prefill, verify, decode) steps.
@@ -99,10 +104,14 @@ pub fn resolve(
     steps: &[RawStep],
     bin: &dyn Fn(&str, &str) -> Result<PathBuf, String>,
 ) -> Result<Steps, String> {
-    let roles: Vec<&str> = steps.iter().map(|s| s.role.as_str()).collect();
+    let mut roles: Vec<&str> = steps.iter().map(|s| s.role.as_str()).collect();
+    let has_vhead = roles.last() == Some(&"verify_head");
+    if has_vhead {
+        roles.pop();
+    }
     let Some(groups) = rung_groups(&roles) else {
         return Err(format!(
-            "plan.steps: roles are {roles:?}; schema_version 2 takes one or more rungs of [\"prefill\",] [\"verify\",] \"decode\" (a context ladder, smallest first), then \"head\""
+            "plan.steps: roles are {roles:?}; schema_version 2 takes one or more rungs of [\"prefill\",] [\"verify\",] \"decode\" (a context ladder, smallest first), then \"head\" [, \"verify_head\"]"
         ));
     };
     let mut refs = Vec::new();
@@ -110,6 +119,8 @@ pub fn resolve(
         let at = format!("plan.steps[{k}]");
         let (srcs, sinks) = if s.role == "head" {
             (HEAD_SOURCES, HEAD_SINKS)
+        } else if s.role == "verify_head" {
+            (HEAD_SOURCES, VERIFY_HEAD_SINKS)
         } else {
             (STACK_SOURCES, STACK_SINKS)
         };
@@ -123,8 +134,19 @@ pub fn resolve(
         } else {
             &[]
         };
+        // A verify head has one of its sinks: logits or argmax ids.
+        let one_of: &[&str] = if s.role == "verify_head" {
+            if io.contains_key("y") == io.contains_key("ids") {
+                return Err(format!(
+                    "{at}.outputs: a verify head gives either \"logits\" or \"argmax\""
+                ));
+            }
+            &["y", "ids"]
+        } else {
+            &[]
+        };
         for (kind, role, _) in srcs.iter().chain(sinks) {
-            if !io.contains_key(*role) && !optional.contains(role) {
+            if !io.contains_key(*role) && !optional.contains(role) && !one_of.contains(role) {
                 let side = if srcs.iter().any(|(k, _, _)| k == kind) {
                     "inputs"
                 } else {
@@ -145,7 +167,8 @@ pub fn resolve(
         }));
     }
     let mut take = |k: usize| refs[k].take().expect("each step is taken once");
-    let head = take(steps.len() - 1);
+    let verify_head = has_vhead.then(|| take(steps.len() - 1));
+    let head = take(roles.len() - 1);
     let mut ladder: Vec<Rung> = groups
         .into_iter()
         .map(|(p, v, d)| Rung {
@@ -155,7 +178,13 @@ pub fn resolve(
         })
         .collect();
     let top = ladder.pop().expect("at least one rung, checked above");
+    if verify_head.is_some() && top.verify.is_none() {
+        return Err(
+            "plan.steps: a \"verify_head\" step needs a \"verify\" step on the largest rung".into(),
+        );
+    }
     Ok(Steps {
+        verify_head,
         prefill: top.prefill,
         verify: top.verify,
         decode: top.decode,

@@ -392,11 +392,33 @@ fn run(
     let c = &w.cfg;
     match g.kind {
         GraphKind::Lmhead => {
+            // One row, or (a verify head) `seq` rows at once; an int32 output takes each
+            // row's argmax (the first of equal maxima) instead of its logits.
             let x = read(ins.values().next().ok_or("no input")?);
-            let n = if g.norm { w.final_norm(&x) } else { x };
-            crate::calib::record("y_norm", &n);
-            let logits = w.project(&n);
-            write(outs.values().next().ok_or("no output")?, &logits);
+            let out = outs.values().next().ok_or("no output")?;
+            let ids = out.spec.dtype == qnn_sys::dtype::INT_32;
+            let mut y = Vec::new();
+            for row in x.chunks(c.hidden) {
+                let n = if g.norm {
+                    w.final_norm(row)
+                } else {
+                    row.to_vec()
+                };
+                crate::calib::record("y_norm", &n);
+                let logits = w.project(&n);
+                if ids {
+                    let mut best = 0;
+                    for (i, v) in logits.iter().enumerate() {
+                        if *v > logits[best] {
+                            best = i;
+                        }
+                    }
+                    y.push(best as f32);
+                } else {
+                    y.extend_from_slice(&logits);
+                }
+            }
+            write(out, &y);
         }
         GraphKind::Genie => run_genie(g, ins, outs)?,
         GraphKind::Prefill | GraphKind::Decode => {
