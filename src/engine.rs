@@ -5,13 +5,14 @@
 //! Positions are explicit: `pos` is the number of tokens whose K/V sit in the cache, and
 //! slot `pos` is the one the next token fills.
 
+use crate::draft::DraftModel;
 use crate::error::{Error, Result};
 use crate::load::Model;
 use crate::plan::Plan;
 pub use crate::runner::StepProfile;
 use crate::runner::{Clock, Runner};
 use crate::sampler;
-use crate::speculative::{DraftKind, DraftModel, Governor, Lookahead, SpecConfig, SpecStats};
+use crate::speculative::{DraftKind, Governor, Lookahead, SpecConfig, SpecStats};
 use crate::stats::Stats;
 use serde::Serialize;
 use std::sync::Arc;

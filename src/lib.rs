@@ -11,7 +11,8 @@
 //! 3. [`bundle`]: the description (a qhx manifest or a Genie config), no QNN;
 //! 4. [`ops`] (embedding, RoPE, masks) and [`kv`];
 //! 5. [`plan`]: the graphs resolved, one form for both bundle kinds;
-//! 6. [`load`] (the loaders) and [`runner`] (executes a plan);
+//! 6. [`load`] (the loaders), [`runner`] (executes a plan) and [`draft`] (a draft model
+//!    over its own runner, for `--spec draft`);
 //! 7. [`engine`]: the token loop;
 //! 8. [`text`], [`reasoning`]: text, stops and think blocks over the engine, and
 //!    [`session`]: a request composed once, for every front end;
@@ -25,6 +26,7 @@ pub mod bundle;
 pub mod cancel;
 pub mod chat;
 pub mod cli;
+pub mod draft;
 pub mod engine;
 pub mod envcheck;
 pub mod error;

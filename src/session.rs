@@ -166,7 +166,7 @@ impl Session {
         let Some(path) = spec.and_then(|s| s.draft_bundle.as_deref()) else {
             return Ok(());
         };
-        let d = crate::speculative::DraftModel::load(path, &self.loaded, opts)?;
+        let d = crate::draft::DraftModel::load(path, &self.loaded, opts)?;
         self.engine.set_draft(Some(d));
         Ok(())
     }

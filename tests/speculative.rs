@@ -286,7 +286,7 @@ fn sampled_output_keeps_its_distribution() {
                 },
             )
             .unwrap();
-            let dm = qhx::speculative::DraftModel::load(&dm, &loaded, &Default::default()).unwrap();
+            let dm = qhx::draft::DraftModel::load(&dm, &loaded, &Default::default()).unwrap();
             engine.set_draft(Some(dm));
         }
         let (spec, verifies, accepted) = joint(&mut engine, Some(SpecConfig::of(kind)));

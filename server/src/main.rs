@@ -129,7 +129,7 @@ fn run(args: Args) -> Result<ExitCode> {
     }
     let draft = match spec_cfg.as_ref().and_then(|s| s.draft_bundle.as_deref()) {
         Some(p) => Some((
-            qhx::speculative::DraftModel::load_bundle(p, &loaded, &LoadOptions::default())
+            qhx::draft::DraftModel::load_bundle(p, &loaded, &LoadOptions::default())
                 .with_context(|| format!("loading the draft bundle {}", p.display()))?,
             p.display().to_string(),
         )),
@@ -139,7 +139,7 @@ fn run(args: Args) -> Result<ExitCode> {
         .map(|_| {
             let mut s = Session::new(Arc::clone(&spec), loaded.clone())?;
             if let Some((d, name)) = &draft {
-                let m = qhx::speculative::DraftModel::new(d.model(), loaded.model(), name)?;
+                let m = qhx::draft::DraftModel::new(d.model(), loaded.model(), name)?;
                 s.engine().set_draft(Some(m));
             }
             Ok(s)

@@ -6,12 +6,10 @@
 
 use serde::Serialize;
 
-mod draft;
 mod governor;
 mod lookahead;
 mod lookup;
 
-pub use draft::DraftModel;
 pub use governor::Governor;
 pub use lookahead::{Lookahead, LookaheadConfig};
 pub use lookup::lookup;
@@ -28,7 +26,7 @@ pub enum DraftKind {
     /// the text form go into a pool that drafts when its first token comes up. Drafts on
     /// open text too, with no second model.
     Lookahead,
-    /// A second bundle with the same tokenizer drafts greedily ([`DraftModel`]).
+    /// A second bundle with the same tokenizer drafts greedily ([`crate::draft::DraftModel`]).
     Draft,
 }
 
@@ -61,7 +59,7 @@ pub struct SpecConfig {
     /// probability (`--draft-p-min`).
     pub draft_p_min: f32,
     /// `--spec draft BUNDLE`: the draft bundle's manifest or Genie config (its artifacts
-    /// beside it), loaded onto the target's backend ([`DraftModel::load`]).
+    /// beside it), loaded onto the target's backend ([`crate::draft::DraftModel::load`]).
     pub draft_bundle: Option<std::path::PathBuf>,
 }
 

@@ -32,7 +32,7 @@ FLOORS: list[tuple[str, list[str]]] = [
     ("description", ["bundle"]),
     ("host ops", ["ops", "kv"]),
     ("plan", ["plan"]),
-    ("loaders and runner", ["load", "runner"]),
+    ("loaders and runner", ["load", "runner", "draft"]),
     ("engine", ["engine"]),
     ("session", ["text", "reasoning", "session"]),
     ("tools on a session", ["bench", "interactive"]),
