@@ -3,7 +3,7 @@ on a tiny model: each method must beat round-to-nearest, the rotation must leave
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -144,3 +144,32 @@ def test_rotation_refuses_post_norm_families() -> None:
     ck = open_checkpoint(str(DATA / "gemma3"))  # a tiny Gemma 3 directory (norms after sublayers)
     with pytest.raises(ExportError, match="--rotate hadamard: gemma3"):
         rotated(ck, "hadamard")
+
+
+def test_method_tokens_keeps_the_first_n_calibration_tokens(
+    tiny_gguf: Callable[..., Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--method-tokens N: the 4-bit methods calibrate on the first N tokens of their sequences,
+    in order (the last one cut), and the option is checked like the other w4a16 options."""
+    from qhx_export.cli import main
+    from qhx_export.read import open_checkpoint
+    from qhx_export.write.calibrate import method_seqs
+    from qhx_export.write.options import HtpOptions
+
+    path = tiny_gguf("llama", name="tiny.gguf")
+    ck = open_checkpoint(str(path))
+    every = method_seqs(ck, HtpOptions(name="t", arches=["v79"]))
+    total = sum(map(len, every))
+    n = len(every[0]) + len(every[1]) // 2
+    cut = method_seqs(ck, HtpOptions(name="t", arches=["v79"], method_tokens=n))
+    assert sum(map(len, cut)) == n < total
+    assert cut == [every[0], every[1][: len(every[1]) // 2]]
+    assert method_seqs(ck, HtpOptions(name="t", arches=["v79"], method_tokens=10 * total)) == every
+    for extra, needle in (
+        (["--precision", "w8a16", "--method-tokens", "64"], "--method-tokens is for --precision w4a16"),
+        (["--precision", "w4a16", "--method-tokens", "0"], "--method-tokens 0: must be positive"),
+    ):
+        rc = main([str(path), "-o", str(path.parent / "never"), "--arch", "v79", *extra])
+        err = capsys.readouterr().err
+        assert rc != 0 and f"error: {needle}" in err, (extra, err)
+        assert not (path.parent / "never").exists()

@@ -49,13 +49,22 @@ def method_group(n_layers: int) -> int:
 def method_seqs(ck: Checkpoint, o: HtpOptions) -> list[list[int]]:
     """What `--quant-method seqmse|gptq` calibrates on: the calibration texts (the built-in corpus
     or --calib) at up to METHOD_SEQ_LEN tokens, and with the built-in corpus also windows of the
-    shipped long text (GPTQ's Hessians want many more tokens than the inputs they span)."""
+    shipped long text (GPTQ's Hessians want many more tokens than the inputs they span); at most
+    --method-tokens of them."""
     from qhx_export.quant import corpus
 
     tj, bos = ck.tokenizer_json(), ck.bos_token_id()
     seqs = corpus.tokenize(calib_texts(ck, o), tj, bos, METHOD_SEQ_LEN)
     if not o.calib:
         seqs += corpus.windows(corpus.data_text(corpus.CALIB_LONG), tj, bos, METHOD_SEQ_LEN, METHOD_WINDOWS)
+    if o.method_tokens is not None:  # --method-tokens: the first N tokens, in order
+        kept, left = [], o.method_tokens
+        for s in seqs:
+            if left <= 0:
+                break
+            kept.append(s[:left])
+            left -= len(kept[-1])
+        seqs = kept
     return seqs
 
 

@@ -38,6 +38,7 @@ class HtpOptions:
     estimate_only: bool = False  # the cost model's report, no bundle
     fp16_weights: tuple[str, ...] = ()  # quantized precisions: weight kinds kept fp16
     quant_method: str = DEFAULT_QUANT_METHOD  # w4a16: rtn | seqmse | gptq (quant/methods.py)
+    method_tokens: int | None = None  # w4a16: the methods' calibration tokens capped at this
     rotate: str = "none"  # none | hadamard | auto: the residual stream rotated (quant/rotate.py)
     head_precision: str = "int8"  # w4a16's lm-head weights: int8 per channel | int4 LPBQ
     fmt: str = "qhx"  # qhx | genie | both

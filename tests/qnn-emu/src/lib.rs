@@ -39,6 +39,7 @@
 
 pub mod format;
 pub mod io;
+pub mod matrix;
 pub mod model;
 pub mod writer;
 

@@ -1,6 +1,7 @@
 //! The reference decoder the emulator runs: f32 math, HF Llama/Qwen2 semantics.
 
 use crate::format::{dequantize, KvLayout, ModelHeader, Parsed};
+use crate::matrix::{dot, matmul, Matrix};
 use std::collections::HashMap;
 
 /// What a layer mixes its tokens with.
@@ -32,13 +33,13 @@ impl LayerKind {
 }
 
 pub struct Attn {
-    wq: Vec<f32>,
-    wk: Vec<f32>,
-    wv: Vec<f32>,
+    wq: Matrix,
+    wk: Matrix,
+    wv: Matrix,
     bq: Option<Vec<f32>>,
     bk: Option<Vec<f32>>,
     bv: Option<Vec<f32>>,
-    wo: Vec<f32>,
+    wo: Matrix,
     /// Per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3, LFM2).
     q_norm: Option<Vec<f32>>,
     k_norm: Option<Vec<f32>>,
@@ -46,10 +47,10 @@ pub struct Attn {
 
 pub struct ShortConv {
     /// [3H, H]: B, C and x projections, in that order.
-    in_proj: Vec<f32>,
+    in_proj: Matrix,
     /// [H, W] depthwise taps, oldest first.
     taps: Vec<f32>,
-    out_proj: Vec<f32>,
+    out_proj: Matrix,
 }
 
 pub struct Layer {
@@ -61,9 +62,9 @@ pub struct Layer {
     post_attn_norm: Option<Vec<f32>>,
     ffn_norm: Vec<f32>,
     post_ffw_norm: Option<Vec<f32>>,
-    w_gate: Vec<f32>,
-    w_up: Vec<f32>,
-    w_down: Vec<f32>,
+    w_gate: Matrix,
+    w_up: Matrix,
+    w_down: Matrix,
 }
 
 /// Weights held by one context (only what its graphs need).
@@ -71,7 +72,7 @@ pub struct Weights {
     pub cfg: ModelHeader,
     pub layers: Vec<Layer>,
     pub output_norm: Option<Vec<f32>>,
-    pub lm: Option<Vec<f32>>,
+    pub lm: Option<Matrix>,
     /// `token_embd.weight`, loaded only for Genie graphs (they embed ids in-graph).
     pub embd: Option<Vec<f32>>,
 }
@@ -114,6 +115,20 @@ impl Weights {
         let need = |name: &str, shape: &[usize]| -> Result<Vec<f32>, String> {
             get(name, shape)?.ok_or_else(|| format!("missing weight {name}"))
         };
+        // The matmul weights stay in their blocks (crate::matrix).
+        let get_mat = |name: &str, shape: &[usize]| -> Result<Option<Matrix>, String> {
+            match map.get(name) {
+                None => Ok(None),
+                Some(w) if w.shape != shape => Err(format!(
+                    "weight {name}: shape {:?}, expected {shape:?}",
+                    w.shape
+                )),
+                Some(w) => Ok(Some(Matrix::load(w, p.data, shape[1]))),
+            }
+        };
+        let mat = |name: &str, shape: &[usize]| -> Result<Matrix, String> {
+            get_mat(name, shape)?.ok_or_else(|| format!("missing weight {name}"))
+        };
         let (h, q, kv, f, hd) = (
             cfg.hidden,
             cfg.n_heads * cfg.head_dim,
@@ -137,13 +152,13 @@ impl Weights {
                 let n = |s: &str| format!("blk.{i}.{s}");
                 let attn = if kind.has_kv() {
                     Some(Attn {
-                        wq: need(&n("attn_q.weight"), &[q, h])?,
-                        wk: need(&n("attn_k.weight"), &[kv, h])?,
-                        wv: need(&n("attn_v.weight"), &[kv, h])?,
+                        wq: mat(&n("attn_q.weight"), &[q, h])?,
+                        wk: mat(&n("attn_k.weight"), &[kv, h])?,
+                        wv: mat(&n("attn_v.weight"), &[kv, h])?,
                         bq: get(&n("attn_q.bias"), &[q])?,
                         bk: get(&n("attn_k.bias"), &[kv])?,
                         bv: get(&n("attn_v.bias"), &[kv])?,
-                        wo: need(&n("attn_output.weight"), &[h, q])?,
+                        wo: mat(&n("attn_output.weight"), &[h, q])?,
                         q_norm: get(&n("attn_q_norm.weight"), &[hd])?,
                         k_norm: get(&n("attn_k_norm.weight"), &[hd])?,
                     })
@@ -152,9 +167,9 @@ impl Weights {
                 };
                 let conv = if kind == LayerKind::Conv {
                     Some(ShortConv {
-                        in_proj: need(&n("shortconv.in_proj.weight"), &[3 * h, h])?,
+                        in_proj: mat(&n("shortconv.in_proj.weight"), &[3 * h, h])?,
                         taps: need(&n("shortconv.conv.weight"), &[h, width])?,
-                        out_proj: need(&n("shortconv.out_proj.weight"), &[h, h])?,
+                        out_proj: mat(&n("shortconv.out_proj.weight"), &[h, h])?,
                     })
                 } else {
                     None
@@ -167,16 +182,16 @@ impl Weights {
                     post_attn_norm: get(&n("post_attention_norm.weight"), &[h])?,
                     ffn_norm: need(&n("ffn_norm.weight"), &[h])?,
                     post_ffw_norm: get(&n("post_ffw_norm.weight"), &[h])?,
-                    w_gate: need(&n("ffn_gate.weight"), &[f, h])?,
-                    w_up: need(&n("ffn_up.weight"), &[f, h])?,
-                    w_down: need(&n("ffn_down.weight"), &[h, f])?,
+                    w_gate: mat(&n("ffn_gate.weight"), &[f, h])?,
+                    w_up: mat(&n("ffn_up.weight"), &[f, h])?,
+                    w_down: mat(&n("ffn_down.weight"), &[h, f])?,
                 });
             }
         }
         let output_norm = get("output_norm.weight", &[h])?;
-        let lm = match get("output.weight", &[cfg.vocab, h])? {
+        let lm = match get_mat("output.weight", &[cfg.vocab, h])? {
             Some(w) => Some(w),
-            None => get("token_embd.weight", &[cfg.vocab, h])?,
+            None => get_mat("token_embd.weight", &[cfg.vocab, h])?,
         };
         use crate::format::GraphKind;
         let genie = p.header.graphs.iter().any(|g| g.kind == GraphKind::Genie);
@@ -205,67 +220,6 @@ impl Weights {
             embd,
         })
     }
-}
-
-/// Dot product with independent accumulators so the compiler can vectorise it.
-#[inline]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    const L: usize = 16;
-    let mut acc = [0f32; L];
-    let (ac, at) = a.split_at(a.len() / L * L);
-    let (bc, bt) = b.split_at(ac.len());
-    for (x, y) in ac.chunks_exact(L).zip(bc.chunks_exact(L)) {
-        for k in 0..L {
-            acc[k] += x[k] * y[k];
-        }
-    }
-    let mut s: f32 = acc.iter().sum();
-    for (x, y) in at.iter().zip(bt) {
-        s += x * y;
-    }
-    s
-}
-
-/// out[r][o] = W[o] · x[r] (+ bias) for `rows` input rows; W is [out_dim, in_dim].
-/// Splits the output dimension across threads; each weight row is read once for all rows.
-fn matmul(x: &[f32], rows: usize, w: &[f32], in_dim: usize, bias: Option<&[f32]>) -> Vec<f32> {
-    let out_dim = w.len() / in_dim;
-    let mut out = vec![0f32; rows * out_dim];
-    let threads = crate::threads().min(out_dim.max(1));
-    let chunk = out_dim.div_ceil(threads);
-    let block = |t: usize| {
-        let o0 = t * chunk;
-        let o1 = ((t + 1) * chunk).min(out_dim);
-        let mut blk = vec![0f32; rows * (o1.saturating_sub(o0))];
-        let width = o1.saturating_sub(o0);
-        for o in o0..o1 {
-            let wr = &w[o * in_dim..(o + 1) * in_dim];
-            let b = bias.map_or(0.0, |b| b[o]);
-            for r in 0..rows {
-                blk[r * width + (o - o0)] = dot(wr, &x[r * in_dim..(r + 1) * in_dim]) + b;
-            }
-        }
-        blk
-    };
-    // Compute into per-thread column blocks, then scatter. One thread computes inline: a
-    // spawn per matmul costs ~20 ms and ~0.5 MiB that is never returned under qemu-user.
-    let blocks: Vec<Vec<f32>> = if threads == 1 {
-        vec![block(0)]
-    } else {
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads).map(|t| s.spawn(move || block(t))).collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        })
-    };
-    for (t, blk) in blocks.iter().enumerate() {
-        let o0 = t * chunk;
-        let width = blk.len().checked_div(rows).unwrap_or(0);
-        for r in 0..rows {
-            out[r * out_dim + o0..r * out_dim + o0 + width]
-                .copy_from_slice(&blk[r * width..(r + 1) * width]);
-        }
-    }
-    out
 }
 
 fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
@@ -395,9 +349,9 @@ impl Weights {
                     }
                     _ => (io.cos, io.sin, io.mask),
                 };
-                let mut q = matmul(&n, rows, &a.wq, h, a.bq.as_deref());
-                let mut k = matmul(&n, rows, &a.wk, h, a.bk.as_deref());
-                let v = matmul(&n, rows, &a.wv, h, a.bv.as_deref());
+                let mut q = matmul(&n, rows, &a.wq, a.bq.as_deref());
+                let mut k = matmul(&n, rows, &a.wk, a.bk.as_deref());
+                let v = matmul(&n, rows, &a.wv, a.bv.as_deref());
                 if let Some(w) = &a.q_norm {
                     head_norm(&mut q, w, c.rms_eps);
                 }
@@ -481,7 +435,7 @@ impl Weights {
                 new_v.push(v);
                 conv_bx.push(Vec::new());
                 conv_present.push(Vec::new());
-                matmul(&attn, rows, &a.wo, nh * hd, None)
+                matmul(&attn, rows, &a.wo, None)
             };
             let mixed = match &l.post_attn_norm {
                 Some(w) => rms_norm(&mixed, w, c.rms_eps),
@@ -491,8 +445,8 @@ impl Weights {
                 *xi += oi;
             }
             let n2 = rms_norm(&x, &l.ffn_norm, c.rms_eps);
-            let gate = matmul(&n2, rows, &l.w_gate, h, None);
-            let up = matmul(&n2, rows, &l.w_up, h, None);
+            let gate = matmul(&n2, rows, &l.w_gate, None);
+            let up = matmul(&n2, rows, &l.w_up, None);
             let act: Vec<f32> = gate
                 .iter()
                 .zip(&up)
@@ -504,7 +458,7 @@ impl Weights {
                     }
                 })
                 .collect();
-            let down = matmul(&act, rows, &l.w_down, c.ffn, None);
+            let down = matmul(&act, rows, &l.w_down, None);
             let down = match &l.post_ffw_norm {
                 Some(w) => rms_norm(&down, w, c.rms_eps),
                 None => down,
@@ -530,7 +484,7 @@ impl Weights {
 
     /// The vocabulary projection of one (already normalised) hidden row.
     pub fn project(&self, normed: &[f32]) -> Vec<f32> {
-        matmul(normed, 1, self.lm.as_ref().unwrap(), self.cfg.hidden, None)
+        matmul(normed, 1, self.lm.as_ref().unwrap(), None)
     }
 }
 
@@ -546,7 +500,7 @@ fn short_conv(
     past: Option<&[f32]>,
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     let w = cv.taps.len() / h;
-    let bcx = matmul(n, rows, &cv.in_proj, h, None);
+    let bcx = matmul(n, rows, &cv.in_proj, None);
     let mut bx = vec![0f32; rows * h];
     for r in 0..rows {
         let row = &bcx[r * 3 * h..(r + 1) * 3 * h];
@@ -578,7 +532,7 @@ fn short_conv(
             present[i * w + k] = hist(i, rows + k);
         }
     }
-    (matmul(&y, rows, &cv.out_proj, h, None), bx, present)
+    (matmul(&y, rows, &cv.out_proj, None), bx, present)
 }
 
 /// Row `j` of KV head `g` in a cache of either layout.
